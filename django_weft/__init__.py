@@ -1,0 +1,78 @@
+"""django_weft: durable workflows for Django.
+
+Importable before ``django.setup()``: only the framework-free engine is imported here;
+``client`` is loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .engine.context import ActivityInfo, WorkflowContext, WorkflowInfo, activity_info
+from .engine.durations import parse_duration
+from .engine.errors import (
+    ActivityFailed,
+    ConfigurationError,
+    Deposed,
+    DuplicateRegistration,
+    InvalidDuration,
+    InvalidInput,
+    NonDeterminismError,
+    PayloadError,
+    ResultTimeout,
+    SignalTimeout,
+    UpdateValidationError,
+    WeftError,
+    WorkflowAlreadyExists,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowNotFound,
+    WorkflowNotRegistered,
+    WorkflowTerminalError,
+    WorkflowTimedOut,
+)
+from .engine.registry import Activity, Workflow, activity, workflow
+from .engine.retry import RetryPolicy
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Activity",
+    "ActivityFailed",
+    "ActivityInfo",
+    "ConfigurationError",
+    "Deposed",
+    "DuplicateRegistration",
+    "InvalidDuration",
+    "InvalidInput",
+    "NonDeterminismError",
+    "PayloadError",
+    "ResultTimeout",
+    "RetryPolicy",
+    "SignalTimeout",
+    "UpdateValidationError",
+    "WeftError",
+    "Workflow",
+    "WorkflowAlreadyExists",
+    "WorkflowCancelled",
+    "WorkflowContext",
+    "WorkflowFailed",
+    "WorkflowInfo",
+    "WorkflowNotFound",
+    "WorkflowNotRegistered",
+    "WorkflowTerminalError",
+    "WorkflowTimedOut",
+    "activity",
+    "activity_info",
+    "client",
+    "parse_duration",
+    "workflow",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "client":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.client")
+    raise AttributeError(f"module 'django_weft' has no attribute {name!r}")

@@ -1,0 +1,102 @@
+"""System checks ``django_weft.E0xx`` (errors) and ``W0xx`` (warnings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.db import connections
+
+from .conf import DEFAULTS, weft_settings
+from .engine.errors import WeftError
+
+
+def _value_error(setting: str, exc: Exception, check_id: str) -> Error:
+    return Error(f"{setting} is invalid: {exc}", hint=f"See docs/reference/settings.md#{setting.lower()}", id=check_id)
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    errors: list[Any] = []
+    numbers = {
+        "WEFT_LEASE_TTL": "E001",
+        "WEFT_LEASE_RENEW_INTERVAL": "E002",
+        "WEFT_TICK_INTERVAL": "E003",
+        "WEFT_TAKEOVER_GRACE": "E004",
+        "WEFT_REDISPATCH_AFTER": "E005",
+        "WEFT_RETRY_INLINE_MAX_DELAY": "E006",
+    }
+    values: dict[str, float] = {}
+    for setting, number in numbers.items():
+        try:
+            values[setting] = getattr(weft_settings, setting.removeprefix("WEFT_"))
+        except WeftError as exc:
+            errors.append(_value_error(setting, exc, f"django_weft.{number}"))
+    ttl, renew = values.get("WEFT_LEASE_TTL"), values.get("WEFT_LEASE_RENEW_INTERVAL")
+    if ttl is not None and renew is not None:
+        if renew <= 0:
+            errors.append(Error("WEFT_LEASE_RENEW_INTERVAL must be positive.", id="django_weft.E002"))
+        elif ttl < 3 * renew:
+            errors.append(
+                Error(
+                    f"WEFT_LEASE_TTL ({ttl:g} s) must be at least 3 x WEFT_LEASE_RENEW_INTERVAL "
+                    f"({renew:g} s), so a lease survives two missed renewals.",
+                    hint="Raise WEFT_LEASE_TTL or lower WEFT_LEASE_RENEW_INTERVAL.",
+                    id="django_weft.E007",
+                )
+            )
+    if values.get("WEFT_TICK_INTERVAL") is not None and values["WEFT_TICK_INTERVAL"] <= 0:
+        errors.append(Error("WEFT_TICK_INTERVAL must be positive.", id="django_weft.E003"))
+    for setting, number in (("WEFT_TICK_BATCH", "E008"), ("WEFT_MAX_PAYLOAD_BYTES", "E009")):
+        value = getattr(settings, setting, DEFAULTS[setting])
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            errors.append(Error(f"{setting} must be a positive integer; got {value!r}.", id=f"django_weft.{number}"))
+    try:
+        weft_settings.RETENTION
+    except WeftError as exc:
+        errors.append(_value_error("WEFT_RETENTION", exc, "django_weft.E010"))
+    try:
+        weft_settings.DEFAULT_RETRY_POLICY
+    except (WeftError, TypeError) as exc:
+        errors.append(_value_error("WEFT_DEFAULT_RETRY_POLICY", exc, "django_weft.E011"))
+    try:
+        from .dispatch import get_dispatcher
+
+        get_dispatcher()
+    except Exception as exc:
+        errors.append(_value_error("WEFT_DISPATCHER", exc, "django_weft.E012"))
+    errors.extend(_check_database())
+    return errors
+
+
+def _check_database() -> list[Any]:
+    alias = weft_settings.DATABASE_ALIAS
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"WEFT_DATABASE_ALIAS is {alias!r}, which is not in DATABASES.",
+                hint=f"Use one of: {', '.join(settings.DATABASES)}.",
+                id="django_weft.E013",
+            )
+        ]
+    connection = connections[alias]
+    if connection.vendor not in ("postgresql", "sqlite"):
+        return [
+            Error(
+                f"django_weft supports PostgreSQL and SQLite; database {alias!r} is {connection.vendor}.",
+                id="django_weft.E014",
+            )
+        ]
+    if connection.vendor == "sqlite":
+        mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+        if (mode or "").upper() != "IMMEDIATE":
+            return [
+                Warning(
+                    f"SQLite database {alias!r} does not use transaction_mode 'IMMEDIATE'; concurrent "
+                    "workers can then fail with 'database is locked'.",
+                    hint='Set DATABASES[...]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}.',
+                    id="django_weft.W001",
+                )
+            ]
+    return []

@@ -1,0 +1,83 @@
+"""The Python client: start workflows and talk to their runs through handles."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from . import runtime
+from .engine.durations import Duration, parse_duration
+
+
+class WorkflowHandle:
+    """A reference to one run. Cheap to create; every method reads the database."""
+
+    def __init__(self, run_id: str, workflow_id: str) -> None:
+        self.run_id = str(run_id)
+        self.workflow_id = workflow_id
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle {self.workflow_id} run={self.run_id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WorkflowHandle) and other.run_id == self.run_id
+
+    def __hash__(self) -> int:
+        return hash(self.run_id)
+
+    def status(self) -> str:
+        return runtime.get_run(self.run_id).status
+
+    def describe(self) -> dict[str, Any]:
+        return runtime.describe(runtime.get_run(self.run_id))
+
+    def history(self) -> list[dict[str, Any]]:
+        return runtime.history(runtime.get_run(self.run_id))
+
+    def result(self, timeout: Duration | None = None) -> Any:
+        """Wait for the run to finish; return its result.
+
+        Raises ``WorkflowFailed``, ``WorkflowCancelled`` or ``WorkflowTimedOut`` for those
+        outcomes, and ``ResultTimeout`` after ``timeout`` (seconds or a duration string).
+        """
+        seconds = parse_duration(timeout, what="timeout") if timeout is not None else None
+        return runtime.result_of(self.run_id, seconds)
+
+
+def start(
+    workflow: str | Any,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str | None = None,  # noqa: A002 - the public name
+    on_conflict: str = "use_existing",
+    execution_timeout: Duration | None = None,
+    start_delay: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> WorkflowHandle:
+    """Start a run of ``workflow`` (a registered name or a ``@workflow`` object).
+
+    The run is left unowned and runnable; a worker claims it. See
+    :func:`django_weft.runtime.start` for ``on_conflict``.
+    """
+    name = workflow if isinstance(workflow, str) else getattr(workflow, "name", workflow)
+    started = runtime.start(
+        name,
+        args,
+        kwargs,
+        id=id,
+        on_conflict=on_conflict,
+        execution_timeout=execution_timeout,
+        start_delay=start_delay,
+        search_attributes=search_attributes,
+    )
+    return WorkflowHandle(started.run_id, started.workflow_id)
+
+
+def get_handle(ref: str | uuid.UUID) -> WorkflowHandle:
+    """A handle to the run with run id ``ref``, or to the latest run with workflow id ``ref``.
+
+    Raises ``WorkflowNotFound``.
+    """
+    run = runtime.get_run(ref)
+    return WorkflowHandle(str(run.pk), run.workflow_id)

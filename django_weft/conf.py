@@ -1,0 +1,109 @@
+"""The ``WEFT_*`` settings, with their defaults, read live from ``django.conf.settings``.
+
+Reading is live so ``override_settings`` works; ``docs/reference/settings.md`` documents
+each setting.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+
+from .engine.durations import parse_duration
+from .engine.executor import EngineConfig
+from .engine.retry import RetryPolicy
+
+DEFAULTS: dict[str, Any] = {
+    "WEFT_AUTODISCOVER_MODULE": "workflows",
+    "WEFT_LEASE_TTL": 30.0,
+    "WEFT_LEASE_RENEW_INTERVAL": 5.0,
+    "WEFT_TAKEOVER_GRACE": None,  # None: 2 x WEFT_LEASE_RENEW_INTERVAL
+    "WEFT_TICK_INTERVAL": 1.0,
+    "WEFT_TICK_BATCH": 100,
+    "WEFT_REDISPATCH_AFTER": 15.0,
+    "WEFT_DISPATCHER": "django_weft.dispatch.SweepOnlyDispatcher",
+    "WEFT_MAX_PAYLOAD_BYTES": 1024 * 1024,
+    "WEFT_API_PERMISSION_CLASSES": None,
+    "WEFT_DATABASE_ALIAS": "default",
+    "WEFT_RETENTION": None,
+    "WEFT_DEFAULT_RETRY_POLICY": None,
+    "WEFT_RETRY_INLINE_MAX_DELAY": 2.0,
+}
+
+
+class WeftSettings:
+    """Typed, live access to the ``WEFT_*`` settings."""
+
+    def _get(self, name: str) -> Any:
+        return getattr(django_settings, name, DEFAULTS[name])
+
+    @property
+    def AUTODISCOVER_MODULE(self) -> str | None:  # noqa: N802 - mirrors the setting name
+        return self._get("WEFT_AUTODISCOVER_MODULE")  # type: ignore[no-any-return]
+
+    @property
+    def LEASE_TTL(self) -> float:  # noqa: N802
+        return parse_duration(self._get("WEFT_LEASE_TTL"), what="WEFT_LEASE_TTL")
+
+    @property
+    def LEASE_RENEW_INTERVAL(self) -> float:  # noqa: N802
+        return parse_duration(self._get("WEFT_LEASE_RENEW_INTERVAL"), what="WEFT_LEASE_RENEW_INTERVAL")
+
+    @property
+    def TAKEOVER_GRACE(self) -> float:  # noqa: N802
+        value = self._get("WEFT_TAKEOVER_GRACE")
+        if value is None:
+            return 2 * self.LEASE_RENEW_INTERVAL
+        return parse_duration(value, what="WEFT_TAKEOVER_GRACE")
+
+    @property
+    def TICK_INTERVAL(self) -> float:  # noqa: N802
+        return parse_duration(self._get("WEFT_TICK_INTERVAL"), what="WEFT_TICK_INTERVAL")
+
+    @property
+    def TICK_BATCH(self) -> int:  # noqa: N802
+        return int(self._get("WEFT_TICK_BATCH"))
+
+    @property
+    def REDISPATCH_AFTER(self) -> float:  # noqa: N802
+        return parse_duration(self._get("WEFT_REDISPATCH_AFTER"), what="WEFT_REDISPATCH_AFTER")
+
+    @property
+    def DISPATCHER(self) -> str:  # noqa: N802
+        return self._get("WEFT_DISPATCHER")  # type: ignore[no-any-return]
+
+    @property
+    def MAX_PAYLOAD_BYTES(self) -> int:  # noqa: N802
+        return int(self._get("WEFT_MAX_PAYLOAD_BYTES"))
+
+    @property
+    def DATABASE_ALIAS(self) -> str:  # noqa: N802
+        return self._get("WEFT_DATABASE_ALIAS")  # type: ignore[no-any-return]
+
+    @property
+    def RETENTION(self) -> timedelta | None:  # noqa: N802
+        value = self._get("WEFT_RETENTION")
+        if value is None:
+            return None
+        return timedelta(seconds=parse_duration(value, what="WEFT_RETENTION"))
+
+    @property
+    def DEFAULT_RETRY_POLICY(self) -> RetryPolicy:  # noqa: N802
+        return RetryPolicy.coerce(self._get("WEFT_DEFAULT_RETRY_POLICY"))
+
+    @property
+    def RETRY_INLINE_MAX_DELAY(self) -> float:  # noqa: N802
+        return parse_duration(self._get("WEFT_RETRY_INLINE_MAX_DELAY"), what="WEFT_RETRY_INLINE_MAX_DELAY")
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            lease_ttl=self.LEASE_TTL,
+            takeover_grace=self.TAKEOVER_GRACE,
+            default_retry=self.DEFAULT_RETRY_POLICY,
+            inline_retry_max_delay=self.RETRY_INLINE_MAX_DELAY,
+        )
+
+
+weft_settings = WeftSettings()

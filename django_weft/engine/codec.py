@@ -1,0 +1,56 @@
+"""JSON encoding of arguments, results and payloads.
+
+The standard :mod:`json` module is used (orjson when installed). Values are always
+handed back to workflow code *decoded from their stored form*, live and on replay
+alike, so a tuple becomes a list in both cases and replay sees exactly what the first
+execution saw.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import PayloadError
+
+try:  # pragma: no cover - exercised only where orjson is installed
+    import orjson
+
+    def _dumps(value: Any) -> str:
+        return orjson.dumps(value).decode()
+
+    _loads = orjson.loads
+    _ENCODE_ERRORS: tuple[type[BaseException], ...] = (TypeError, orjson.JSONEncodeError)
+except ImportError:
+    _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    _dumps = _encoder.encode
+    _loads = json.loads
+    _ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
+
+
+def dumps(value: Any, *, what: str = "value", limit: int | None = None) -> str:
+    """Encode ``value`` as JSON text, or raise :class:`PayloadError` saying what to fix."""
+    try:
+        text = _dumps(value)
+    except _ENCODE_ERRORS as exc:
+        raise PayloadError(
+            f"{what} must be JSON-serialisable (dicts, lists, strings, numbers, booleans, None): {exc}"
+        ) from None
+    if limit is not None and len(text) > limit:
+        raise PayloadError(
+            f"{what} is {len(text)} bytes of JSON, over the limit of {limit} bytes "
+            "(WEFT_MAX_PAYLOAD_BYTES); store large data elsewhere and pass a reference"
+        )
+    return text
+
+
+def loads(text: str | bytes | None) -> Any:
+    if text is None:
+        return None
+    return _loads(text)
+
+
+def roundtrip(value: Any, *, what: str = "value") -> tuple[Any, str]:
+    """Return ``(decoded, encoded)``: the value as replay will see it, and its JSON text."""
+    text = dumps(value, what=what)
+    return _loads(text), text

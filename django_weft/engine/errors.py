@@ -1,0 +1,117 @@
+"""The error hierarchy of django_weft.
+
+Every error the library raises derives from :class:`WeftError`. Errors carry their
+attributes as keyword arguments and pickle cleanly, because they cross process
+boundaries (Celery results, subprocess workers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _rebuild(cls: type[WeftError], message: str, attrs: dict[str, Any]) -> WeftError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(attrs)
+    return error
+
+
+class WeftError(Exception):
+    """Base class of every django_weft error."""
+
+    def __init__(self, message: str, **attrs: Any) -> None:
+        super().__init__(message)
+        self.__dict__.update(attrs)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, dict(self.__dict__)))
+
+
+class ConfigurationError(WeftError):
+    """A setting or a declaration is invalid; the message says which and how to fix it."""
+
+
+class InvalidInput(WeftError, ValueError):
+    """A caller passed something django_weft cannot accept (bad id, payload, duration...)."""
+
+
+class InvalidDuration(InvalidInput):
+    """A duration string or number could not be understood."""
+
+
+class PayloadError(InvalidInput):
+    """Arguments, results or payloads are not JSON-serialisable or are too large."""
+
+
+class WorkflowNotRegistered(WeftError, LookupError):
+    """No workflow (or activity) is registered under the requested name."""
+
+
+class DuplicateRegistration(ConfigurationError):
+    """Two different functions were registered under the same workflow or activity name."""
+
+
+class WorkflowNotFound(WeftError, LookupError):
+    """No run matches the given run id or workflow id."""
+
+
+class WorkflowAlreadyExists(WeftError):
+    """A start with ``on_conflict="fail"`` found a run with that workflow id."""
+
+
+class WorkflowTerminalError(WeftError):
+    """The operation needs a non-terminal run, but the run has finished."""
+
+
+class InvalidTransition(WeftError):
+    """The run is not in a state that allows the requested lifecycle operation."""
+
+
+class NonDeterminismError(WeftError):
+    """Workflow code asked for a different operation than the one recorded at this position."""
+
+
+class SignalTimeout(WeftError, TimeoutError):
+    """``ctx.wait_signal`` reached its timeout before a signal arrived."""
+
+
+class UpdateValidationError(WeftError):
+    """An update's validator rejected its payload; ``issues`` lists what to fix."""
+
+
+class ActivityFailed(WeftError):
+    """An activity failed for good (non-retryable error or attempts exhausted).
+
+    Raised inside the workflow at the ``ctx.run`` call, live and on replay alike, so the
+    workflow may catch it. ``cause_type``, ``cause_message`` and ``cause_traceback``
+    describe the activity's own last exception.
+    """
+
+
+class WorkflowFailed(WeftError):
+    """``result()`` of a failed run: carries the original error's type, message and traceback."""
+
+
+class WorkflowCancelled(WeftError):
+    """``result()`` of a cancelled run."""
+
+
+class WorkflowTimedOut(WeftError, TimeoutError):
+    """``result()`` of a run that passed its execution timeout."""
+
+
+class ResultTimeout(WeftError, TimeoutError):
+    """``result(timeout=...)`` waited longer than ``timeout`` for the run to finish."""
+
+
+class Deposed(WeftError):
+    """This engine no longer owns the run: a newer epoch exists or the lease was lost.
+
+    Raised by fenced writes. The engine stops driving that run only; the write it
+    attempted is rolled back and never visible.
+    """

@@ -1,0 +1,223 @@
+"""The engine: claims a run, replays its workflow function, commits the outcome."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import codec, faults
+from .context import ContinueAsNew, Park, WorkflowContext, describe_exception
+from .errors import ActivityFailed, Deposed, NonDeterminismError, PayloadError, WorkflowNotRegistered
+from .ports import Dispatcher, TurnStore
+from .records import FailureCategory
+from .registry import Registry, registry
+from .retry import RetryPolicy
+
+logger = logging.getLogger("django_weft.engine")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    lease_ttl: float = 30.0
+    takeover_grace: float = 10.0
+    default_retry: RetryPolicy = RetryPolicy()
+    inline_retry_max_delay: float = 2.0
+
+
+class TurnOutcome(enum.StrEnum):
+    NOT_CLAIMED = "not_claimed"
+    PARKED = "parked"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CONTINUED = "continued"
+    DEPOSED = "deposed"
+    RELEASED = "released"
+
+
+def new_engine_id() -> str:
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+class Engine:
+    """Runs turns of workflow runs for one engine identity (one per worker process).
+
+    Thread-safe: several threads may run turns of different runs at once. The set of
+    runs this engine currently drives (``held``) is what the lease heartbeat renews.
+    """
+
+    def __init__(
+        self,
+        store: TurnStore,
+        dispatcher: Dispatcher,
+        config: Callable[[], EngineConfig],
+        *,
+        engine_id: str | None = None,
+        workflows: Registry = registry,
+    ) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self.config = config
+        self.engine_id = engine_id or new_engine_id()
+        self.workflows = workflows
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+        self._lost: set[str] = set()
+
+    # -- ownership bookkeeping ---------------------------------------------------------
+
+    def held(self) -> dict[str, int]:
+        """Run id -> epoch of the runs this engine is driving right now."""
+        with self._lock:
+            return dict(self._held)
+
+    def is_lost(self, run_id: str) -> bool:
+        return run_id in self._lost
+
+    def renew_leases(self) -> set[str]:
+        """Extend the leases of every held run; runs found under another epoch are deposed
+        locally (their turns stop at the next durable operation)."""
+        held = self.held()
+        if not held:
+            return set()
+        lost = self.store.renew(self.engine_id, held, self.config().lease_ttl)
+        if lost:
+            with self._lock:
+                self._lost.update(run for run in lost if self._held.get(run) == held[run])
+            for run_id in lost:
+                logger.warning("run %s: lease lost (deposed), stopping", run_id)
+        return lost
+
+    def release_all(self) -> list[str]:
+        """Give up every held run (used at shutdown for turns that did not finish)."""
+        released = []
+        for run_id, epoch in self.held().items():
+            with self._lock:
+                self._lost.add(run_id)
+            if self.store.release(run_id, self.engine_id, epoch):
+                released.append(run_id)
+                logger.info("run %s: released at shutdown (epoch %s)", run_id, epoch)
+        return released
+
+    # -- a turn ------------------------------------------------------------------------
+
+    def run_turn(self, run_id: str) -> TurnOutcome:
+        """Claim ``run_id`` and drive it until it parks or finishes.
+
+        Safe to call for any id at any time: a run that is not claimable (owned by a live
+        engine, waiting, finished, unknown) returns ``NOT_CLAIMED`` without side effects.
+        """
+        config = self.config()
+        claimed = self.store.claim(run_id, self.engine_id, config.lease_ttl, config.takeover_grace)
+        if claimed is None:
+            return TurnOutcome.NOT_CLAIMED
+        with self._lock:
+            self._held[run_id] = claimed.epoch
+            self._lost.discard(run_id)
+        label = f"run {run_id} ({claimed.workflow_name} {claimed.workflow_id})"
+        logger.info("%s: claimed, epoch %s, %d recorded steps", label, claimed.epoch, len(claimed.steps))
+        try:
+            faults.hit("after_claim", run_id=run_id, engine=self)
+            try:
+                workflow = self.workflows.get_workflow(claimed.workflow_name)
+            except WorkflowNotRegistered:
+                # Likely a deploy in progress: another worker may know this workflow.
+                self.store.release(run_id, self.engine_id, claimed.epoch)
+                logger.error("%s: workflow not registered in this worker; released", label)
+                return TurnOutcome.RELEASED
+            return self._drive(claimed, workflow, config, label)
+        except Deposed:
+            logger.warning("%s: deposed (epoch %s is no longer current), stopped", label, claimed.epoch)
+            return TurnOutcome.DEPOSED
+        finally:
+            with self._lock:
+                if self._held.get(run_id) == claimed.epoch:
+                    del self._held[run_id]
+                self._lost.discard(run_id)
+
+    def _drive(self, claimed: Any, workflow: Any, config: EngineConfig, label: str) -> TurnOutcome:
+        run_id, epoch, me = claimed.run_id, claimed.epoch, self.engine_id
+        ctx = WorkflowContext(self, claimed, config, workflow)
+        try:
+            value = workflow(ctx, *claimed.args, **claimed.kwargs)
+        except Park:
+            pass
+        except ContinueAsNew:
+            pass
+        except Deposed:
+            raise
+        except NonDeterminismError as exc:
+            return self._fail(ctx, exc, FailureCategory.NONDETERMINISM, label)
+        except ActivityFailed as exc:
+            if ctx._fatal is not None:
+                return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
+            return self._fail(ctx, exc, FailureCategory.ACTIVITY, label)
+        except Exception as exc:
+            if ctx._fatal is not None:
+                return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
+            return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
+        else:
+            if ctx._unwinding is None:
+                if ctx._fatal is not None:
+                    return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
+                try:
+                    result_json = codec.dumps(value, what=f"the result of workflow {workflow.name}")
+                except PayloadError as exc:
+                    return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
+                faults.hit("before_complete", run_id=run_id, engine=self)
+                self.store.complete(run_id, me, epoch, result_json)
+                logger.info("%s: completed", label)
+                return TurnOutcome.COMPLETED
+            logger.warning("%s: workflow code swallowed the engine's unwinding; honouring it", label)
+        if ctx._fatal is not None:
+            return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
+        unwinding = ctx._unwinding
+        if isinstance(unwinding, ContinueAsNew):
+            new_run = self.store.continue_as_new(
+                run_id, me, epoch, unwinding.args_json, unwinding.kwargs_json
+            )
+            logger.info("%s: continued as new run %s", label, new_run)
+            self.dispatcher.dispatch_turn(new_run)
+            return TurnOutcome.CONTINUED
+        assert isinstance(unwinding, Park)
+        faults.hit("before_park", run_id=run_id, engine=self)
+        self.store.park(run_id, me, epoch, unwinding.waiting_on, unwinding.steps, unwinding.timers)
+        logger.info("%s: parked, waiting on %s", label, _describe_wait(unwinding.waiting_on))
+        for timer in unwinding.timers:
+            # A latency hint only: the sweep fires the timer even if this is lost.
+            self.dispatcher.dispatch_turn(run_id, eta=timer.fire_at)
+        return TurnOutcome.PARKED
+
+    def _fail(
+        self, ctx: WorkflowContext, exc: BaseException, category: str, label: str
+    ) -> TurnOutcome:
+        if isinstance(exc, ActivityFailed):
+            error = {
+                "type": exc.cause_type,
+                "message": exc.cause_message,
+                "traceback": exc.cause_traceback,
+                "activity": exc.activity,
+                "seq": exc.seq,
+                "attempt": exc.attempt,
+            }
+        else:
+            error = describe_exception(exc)
+            if isinstance(exc, NonDeterminismError):
+                error.update(position=exc.position, recorded=exc.recorded, requested=exc.requested)
+        claimed = ctx._claimed
+        self.store.fail(claimed.run_id, self.engine_id, claimed.epoch, codec.dumps(error), category)
+        logger.info("%s: failed (%s): %s: %s", label, category, error["type"], error["message"])
+        return TurnOutcome.FAILED
+
+
+def _describe_wait(waiting_on: dict[str, Any]) -> str:
+    kind = waiting_on.get("kind", "?")
+    if "fire_at" in waiting_on:
+        return f"{kind} until {waiting_on['fire_at']}"
+    return str(kind)

@@ -1,0 +1,68 @@
+"""The ports the engine needs from the outside world (implemented by the Django adapter)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Protocol
+
+from .records import ClaimedRun, StepWrite, TimerWrite
+
+
+class TurnStore(Protocol):
+    """Persistence for one engine's turns. Every owner write is fenced on (owner, epoch).
+
+    Methods that take ``owner`` and ``epoch`` raise :class:`~django_weft.engine.errors.Deposed`
+    when the run is no longer owned by that owner at that epoch, and then write nothing.
+    """
+
+    def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
+        """Claim a runnable run (or take over an expired lease); ``None`` if not claimable."""
+
+    def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+        """Insert (or replace, for the same seq) one step row, fenced."""
+
+    def commit_step_atomic(
+        self, run_id: str, owner: str, epoch: int, body: Callable[[], StepWrite]
+    ) -> StepWrite:
+        """Run ``body`` inside the fenced transaction that records the step it returns."""
+
+    def park(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        waiting_on: dict[str, object],
+        steps: Iterable[StepWrite],
+        timers: Iterable[TimerWrite],
+    ) -> None:
+        """Record ``steps`` and ``timers``, set the run ``waiting`` and release it, fenced."""
+
+    def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None: ...
+
+    def fail(
+        self, run_id: str, owner: str, epoch: int, error_json: str, category: str
+    ) -> None: ...
+
+    def continue_as_new(
+        self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str
+    ) -> str:
+        """Finish the run as ``continued`` and create its successor; return the new run id."""
+
+    def release(self, run_id: str, owner: str, epoch: int) -> bool:
+        """Give up ownership without changing the status; ``False`` if no longer owned."""
+
+    def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
+        """Extend the leases of ``held`` (run id -> epoch); return the run ids no longer held."""
+
+    def db_now(self) -> datetime: ...
+
+
+class Dispatcher(Protocol):
+    """Rings the doorbell for a run: ask some worker to run a turn of it soon.
+
+    Dispatch is only a latency hint. The database holds the pending work and the sweep
+    finds it even if every dispatch is lost.
+    """
+
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None: ...

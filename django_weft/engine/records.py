@@ -1,0 +1,117 @@
+"""Plain records exchanged between the engine and its store."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class RunStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    CONTINUED = "continued"
+
+
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT, RunStatus.CONTINUED}
+)
+ACTIVE_STATUSES = frozenset(
+    {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.SUSPENDED}
+)
+
+
+class StepKind(enum.StrEnum):
+    ACTIVITY = "activity"
+    SLEEP = "sleep"
+    SIDE_EFFECT = "side_effect"
+    PATCH = "patch"
+
+
+class StepStatus(enum.StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    WAITING = "waiting"  # a blocking operation has started and not finished (sleep)
+    RETRYING = "retrying"  # an activity attempt failed; the next attempt waits for a timer
+
+
+class TimerKind(enum.StrEnum):
+    SLEEP = "sleep"
+    SIGNAL_TIMEOUT = "signal_timeout"
+    RETRY = "retry"
+    DEADLINE = "deadline"
+    DELAYED_START = "delayed_start"
+    SCHEDULE = "schedule"
+
+
+class FailureCategory(enum.StrEnum):
+    APPLICATION = "application"  # the workflow function raised
+    ACTIVITY = "activity"  # an activity failed for good and the workflow did not catch it
+    NONDETERMINISM = "nondeterminism"
+    SYSTEM = "system"  # the engine could not run the workflow (unregistered, bad result...)
+
+
+RUN_LEVEL_SEQ = -1
+"""``Timer.seq`` of timers that belong to the run rather than to a step."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A recorded operation, as the engine sees it."""
+
+    seq: int
+    kind: str
+    name: str
+    status: str
+    args_json: str | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    attempt: int = 1
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class StepWrite:
+    """A step row to insert or replace, already encoded."""
+
+    seq: int
+    kind: str
+    name: str
+    status: str
+    args_json: str | None
+    result_json: str | None
+    error_json: str | None
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TimerWrite:
+    seq: int
+    kind: str
+    fire_at: datetime
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """What a successful claim hands the engine: the run, its epoch and its history."""
+
+    run_id: str
+    workflow_id: str
+    workflow_name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    epoch: int
+    attempt: int
+    created_at: datetime
+    db_now: datetime
+    steps: dict[int, StepRecord] = field(default_factory=dict)

@@ -1,0 +1,207 @@
+"""Registration of workflows and activities by stable name."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .durations import Duration, parse_duration
+from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotRegistered
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_NAME_LENGTH = 200
+
+
+def _qualified_name(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _check_name(name: str, kind: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"a {kind} name must be a non-empty string; got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{kind} name {name[:40]!r}... is {len(name)} characters; the limit is {MAX_NAME_LENGTH}"
+        )
+    return name
+
+
+@dataclass(eq=False)
+class Activity(Generic[P, R]):
+    """A registered activity. Calling it outside a workflow just calls the function."""
+
+    fn: Callable[P, R]
+    name: str
+    retry: RetryPolicy | None = None
+    atomic: bool = False
+    queue: str | None = None
+    timeout: float | None = None
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Activity {self.name}>"
+
+
+@dataclass(eq=False)
+class Workflow(Generic[P, R]):
+    """A registered workflow. ``fn(ctx, *args, **kwargs)`` is the workflow body."""
+
+    fn: Callable[..., R]
+    name: str
+    version: str = ""
+    finalizer: Activity[..., Any] | None = None
+    parameters: inspect.Signature | None = field(default=None, repr=False)
+
+    def __call__(self, ctx: WorkflowContext, *args: Any, **kwargs: Any) -> R:
+        return self.fn(ctx, *args, **kwargs)
+
+    def start(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Start a run with these arguments (like Celery's ``delay``); returns its handle.
+
+        Use :func:`django_weft.client.start` for options such as ``id`` or ``start_delay``.
+        """
+        from django_weft import client  # the engine stays free of Django at import time
+
+        return client.start(self.name, args=list(args), kwargs=dict(kwargs))
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name}>"
+
+
+class Registry:
+    """Workflows and activities by name. One process-wide instance: :data:`registry`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.workflows: dict[str, Workflow[..., Any]] = {}
+        self.activities: dict[str, Activity[..., Any]] = {}
+
+    def add_workflow(self, wf: Workflow[..., Any]) -> None:
+        with self._lock:
+            self._add(self.workflows, wf.name, wf, "workflow")
+
+    def add_activity(self, act: Activity[..., Any]) -> None:
+        with self._lock:
+            self._add(self.activities, act.name, act, "activity")
+
+    @staticmethod
+    def _add(table: dict[str, Any], name: str, item: Any, kind: str) -> None:
+        existing = table.get(name)
+        # Re-importing the same module (autoreload, tests) registers the same function again.
+        if existing is not None and _qualified_name(existing.fn) != _qualified_name(item.fn):
+            raise DuplicateRegistration(
+                f"{kind} name {name!r} is already registered by {_qualified_name(existing.fn)}; "
+                f"{_qualified_name(item.fn)} cannot use it too. Give one of them another name="
+            )
+        table[name] = item
+
+    def get_workflow(self, name: str) -> Workflow[..., Any]:
+        try:
+            return self.workflows[name]
+        except KeyError:
+            known = ", ".join(sorted(self.workflows)) or "none"
+            raise WorkflowNotRegistered(
+                f"no workflow is registered under the name {name!r} (registered: {known}). "
+                "Check the name and that the module defining it is imported "
+                "(an installed app's workflows.py is autodiscovered)",
+                name=name,
+            ) from None
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self.workflows.pop(name, None)
+            self.activities.pop(name, None)
+
+
+registry = Registry()
+
+
+def workflow(
+    fn: Callable[..., R] | None = None,
+    *,
+    name: str | None = None,
+    version: str = "",
+    finalizer: Activity[..., Any] | None = None,
+) -> Any:
+    """Register a workflow function ``fn(ctx, *args, **kwargs)``.
+
+    Use bare (``@workflow``) or with options (``@workflow(name="orders.fulfil")``). The
+    name defaults to ``module.qualname``; pick an explicit one so renaming or moving the
+    function does not orphan running workflows.
+    """
+
+    def decorate(func: Callable[..., R]) -> Workflow[..., R]:
+        if not callable(func):
+            raise ConfigurationError(f"@workflow decorates a function; got {func!r}")
+        wf: Workflow[..., R] = Workflow(
+            fn=func,
+            name=_check_name(name or _qualified_name(func), "workflow"),
+            version=version,
+            finalizer=finalizer,
+            parameters=inspect.signature(func),
+        )
+        wf.__doc__ = func.__doc__
+        registry.add_workflow(wf)
+        return wf
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def activity(
+    fn: Callable[P, R] | None = None,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    atomic: bool = False,
+    queue: str | None = None,
+    timeout: Duration | None = None,
+) -> Any:
+    """Register an activity: a function whose result a workflow records once.
+
+    ``retry`` overrides ``WEFT_DEFAULT_RETRY_POLICY``. ``atomic=True`` runs the body in
+    the same database transaction as its step record, so its ORM writes commit exactly
+    once. ``queue`` and ``timeout`` are used by queued execution.
+    """
+
+    def decorate(func: Callable[P, R]) -> Activity[P, R]:
+        if not callable(func):
+            raise ConfigurationError(f"@activity decorates a function; got {func!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(f"@activity(retry=...) takes a RetryPolicy; got {retry!r}")
+        act: Activity[P, R] = Activity(
+            fn=func,
+            name=_check_name(name or _qualified_name(func), "activity"),
+            retry=retry,
+            atomic=atomic,
+            queue=queue,
+            timeout=parse_duration(timeout, what="activity timeout") if timeout is not None else None,
+        )
+        act.__doc__ = func.__doc__
+        registry.add_activity(act)
+        return act
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def as_activity(target: Activity[..., Any] | Callable[..., Any]) -> Activity[..., Any]:
+    """The :class:`Activity` for ``target``; plain callables get default options."""
+    if isinstance(target, Activity):
+        return target
+    if isinstance(target, Workflow):
+        raise ConfigurationError(
+            f"{target.name} is a workflow; run it as a child workflow, not with ctx.run"
+        )
+    if not callable(target):
+        raise ConfigurationError(f"ctx.run takes an activity or a callable; got {target!r}")
+    return Activity(fn=target, name=_qualified_name(target))

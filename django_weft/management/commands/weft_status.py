@@ -1,0 +1,36 @@
+"""``manage.py weft_status``: counts per status, the oldest waiting run, expired leases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.utils import timezone
+
+from ... import runtime
+
+
+class Command(BaseCommand):
+    help = "Print run counts per status, the oldest waiting and runnable runs, expired leases and due timers."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        report = runtime.status_report()
+        now = timezone.now()
+        width = max(len(status) for status in report.counts)
+        self.stdout.write("runs by status:")
+        for status, count in report.counts.items():
+            self.stdout.write(f"  {status:<{width}}  {count}")
+        for label, run in (("oldest waiting", report.oldest_waiting), ("oldest runnable", report.oldest_runnable)):
+            if run is None:
+                self.stdout.write(f"{label}: none")
+            else:
+                since = run.updated_at if label == "oldest waiting" else (run.ready_at or run.created_at)
+                age = (now - since).total_seconds()
+                self.stdout.write(
+                    f"{label}: {run.workflow_name} {run.workflow_id} (run {run.pk}), for {age:.1f}s"
+                    + (f", waiting on {run.waiting_on.get('kind')}" if run.waiting_on else "")
+                )
+        self.stdout.write(f"expired leases: {report.expired_leases}")
+        oldest = report.oldest_due_timer
+        overdue = f" (oldest {((now - oldest).total_seconds()):.1f}s overdue)" if oldest else ""
+        self.stdout.write(f"due timers not yet fired: {report.due_timers}{overdue}")

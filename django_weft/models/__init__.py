@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from .messages import Signal, Update, UpdateStatus
+from .runs import WorkflowRun
+from .steps import Step
+from .timers import Timer
+
+__all__ = ["Signal", "Step", "Timer", "Update", "UpdateStatus", "WorkflowRun"]

@@ -1,0 +1,52 @@
+"""Named filters used by the sweep and by operators' views."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models import Q
+
+from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
+
+if TYPE_CHECKING:
+    from .runs import WorkflowRun  # noqa: F401
+    from .timers import Timer  # noqa: F401
+
+
+class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
+    def active(self) -> WorkflowRunQuerySet:
+        return self.filter(status__in=list(ACTIVE_STATUSES))
+
+    def terminal(self) -> WorkflowRunQuerySet:
+        return self.filter(status__in=list(TERMINAL_STATUSES))
+
+    def runnable(self) -> WorkflowRunQuerySet:
+        """Runs a worker may claim right now: running and unowned (matches the partial index)."""
+        return self.filter(status=RunStatus.RUNNING, owner_id__isnull=True)
+
+    def expired_leases(self, now: Any, grace: float) -> WorkflowRunQuerySet:
+        """Owned runs whose lease expired more than ``grace`` seconds before ``now``."""
+        return self.filter(
+            owner_id__isnull=False, lease_expires_at__lt=now - timedelta(seconds=grace)
+        )
+
+    def needing_dispatch(self, now: datetime, redispatch_after: float) -> WorkflowRunQuerySet:
+        """Runnable runs nobody has rung the doorbell for recently."""
+        return self.runnable().filter(
+            Q(dispatched_at__isnull=True)
+            | Q(dispatched_at__lt=now - timedelta(seconds=redispatch_after))
+        )
+
+    def for_workflow_id(self, workflow_id: str) -> WorkflowRunQuerySet:
+        return self.filter(workflow_id=workflow_id).order_by("-created_at")
+
+
+class TimerQuerySet(models.QuerySet["Timer"]):
+    def unfired(self) -> TimerQuerySet:
+        return self.filter(fired_at__isnull=True)
+
+    def due(self, now: Any) -> TimerQuerySet:
+        """Unfired timers whose fire time has come (matches the partial index)."""
+        return self.filter(fired_at__isnull=True, fire_at__lte=now)

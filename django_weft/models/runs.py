@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, FailureCategory, RunStatus
+from .querysets import WorkflowRunQuerySet
+
+WORKFLOW_ID_MAX_LENGTH = 255
+
+
+class WorkflowRun(models.Model):
+    """One execution of a workflow. Ownership columns are written only by ``store``."""
+
+    class Status(models.TextChoices):
+        PENDING = RunStatus.PENDING, _("pending")
+        RUNNING = RunStatus.RUNNING, _("running")
+        WAITING = RunStatus.WAITING, _("waiting")
+        SUSPENDED = RunStatus.SUSPENDED, _("suspended")
+        COMPLETED = RunStatus.COMPLETED, _("completed")
+        FAILED = RunStatus.FAILED, _("failed")
+        CANCELLED = RunStatus.CANCELLED, _("cancelled")
+        TIMED_OUT = RunStatus.TIMED_OUT, _("timed out")
+        CONTINUED = RunStatus.CONTINUED, _("continued")
+
+    class FailureCategories(models.TextChoices):
+        APPLICATION = FailureCategory.APPLICATION, _("application")
+        ACTIVITY = FailureCategory.ACTIVITY, _("activity")
+        NONDETERMINISM = FailureCategory.NONDETERMINISM, _("non-determinism")
+        SYSTEM = FailureCategory.SYSTEM, _("system")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow_id = models.CharField(max_length=WORKFLOW_ID_MAX_LENGTH)
+    workflow_name = models.CharField(max_length=200, db_index=True)
+    workflow_version = models.CharField(max_length=50, blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    failure_category = models.CharField(
+        max_length=16, choices=FailureCategories.choices, blank=True, default=""
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    search_attributes = models.JSONField(default=dict, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    execution_deadline = models.DateTimeField(null=True, blank=True)
+    waiting_on = models.JSONField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    # Ownership (DESIGN §4): at most one owner; the epoch only ever grows.
+    owner_id = models.CharField(max_length=100, null=True, blank=True)
+    owner_epoch = models.BigIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkflowRunQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("workflow run")
+        verbose_name_plural = _("workflow runs")
+        ordering: ClassVar = ["-created_at"]
+        permissions: ClassVar = [
+            ("signal_workflowrun", "Can send signals to workflow runs"),
+            ("update_workflowrun", "Can send updates to workflow runs"),
+            ("cancel_workflowrun", "Can cancel workflow runs"),
+            ("suspend_workflowrun", "Can suspend and resume workflow runs"),
+        ]
+        constraints: ClassVar = [
+            models.CheckConstraint(condition=Q(owner_epoch__gte=0), name="weft_run_epoch_non_negative"),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in RunStatus]), name="weft_run_status_valid"
+            ),
+            # One live run per business key; terminal runs keep the id for history.
+            models.UniqueConstraint(
+                fields=["workflow_id"],
+                condition=Q(status__in=sorted(ACTIVE_STATUSES)),
+                name="weft_run_one_active_per_workflow_id",
+            ),
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["workflow_id", "-created_at"], name="weft_run_wfid_created"),
+            models.Index(fields=["status", "-created_at"], name="weft_run_status_created"),
+            models.Index(
+                fields=["ready_at"],
+                condition=Q(status=RunStatus.RUNNING, owner_id__isnull=True),
+                name="weft_run_runnable",
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(owner_id__isnull=False),
+                name="weft_run_owned_lease",
+            ),
+            models.Index(
+                fields=["updated_at"],
+                condition=Q(status__in=sorted(TERMINAL_STATUSES)),
+                name="weft_run_terminal_updated",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name} {self.workflow_id} [{self.status}]"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

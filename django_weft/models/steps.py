@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from ..engine.records import StepKind, StepStatus
+
+
+class Step(models.Model):
+    """One recorded durable operation of a run, at position ``seq``."""
+
+    class Kind(models.TextChoices):
+        ACTIVITY = StepKind.ACTIVITY, _("activity")
+        SLEEP = StepKind.SLEEP, _("sleep")
+        SIDE_EFFECT = StepKind.SIDE_EFFECT, _("side effect")
+        PATCH = StepKind.PATCH, _("patch marker")
+
+    class Status(models.TextChoices):
+        COMPLETED = StepStatus.COMPLETED, _("completed")
+        FAILED = StepStatus.FAILED, _("failed")
+        WAITING = StepStatus.WAITING, _("waiting")
+        RETRYING = StepStatus.RETRYING, _("retrying")
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey("django_weft.WorkflowRun", on_delete=models.CASCADE, related_name="steps")
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    args = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("step")
+        verbose_name_plural = _("steps")
+        ordering: ClassVar = ["run", "seq"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["run", "seq"], name="weft_step_unique_seq"),
+            models.CheckConstraint(condition=Q(seq__gte=0), name="weft_step_seq_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} {self.name} [{self.status}]"

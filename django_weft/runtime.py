@@ -1,0 +1,390 @@
+"""The one service path: start, run a turn, tick, inspect.
+
+The Python client, management commands, Celery tasks, admin actions and API views all
+call these functions; no other module writes run, step or timer rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Min
+
+from .conf import weft_settings
+from .dispatch import delivers, get_dispatcher
+from .engine import codec
+from .engine.durations import Duration, parse_duration
+from .engine.errors import (
+    InvalidInput,
+    ResultTimeout,
+    WorkflowAlreadyExists,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowNotFound,
+    WorkflowTimedOut,
+)
+from .engine.executor import Engine, TurnOutcome
+from .engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
+from .engine.registry import registry
+from .models import Step, Timer, WorkflowRun
+from .models.runs import WORKFLOW_ID_MAX_LENGTH
+from .store import DjangoStore
+
+logger = logging.getLogger("django_weft.runtime")
+
+ON_CONFLICT_CHOICES = ("use_existing", "fail", "start_new_if_terminal")
+
+
+class _CurrentDispatcher:
+    """Resolves the dispatcher at each call, so settings and overrides apply live."""
+
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
+        get_dispatcher().dispatch_turn(run_id, eta=eta)
+
+
+_engine_lock = threading.Lock()
+_engine: Engine | None = None
+
+
+def get_store() -> DjangoStore:
+    return DjangoStore()
+
+
+def get_engine() -> Engine:
+    """This process's engine (one engine id per process)."""
+    global _engine
+    with _engine_lock:
+        if _engine is None:
+            _engine = Engine(get_store(), _CurrentDispatcher(), weft_settings.engine_config)
+        return _engine
+
+
+def _dispatch_on_commit(run_id: str, *, eta: datetime | None = None) -> None:
+    dispatcher = get_dispatcher()
+    if delivers(dispatcher):
+        alias = weft_settings.DATABASE_ALIAS
+        transaction.on_commit(lambda: dispatcher.dispatch_turn(run_id, eta=eta), using=alias)
+
+
+# -- start -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartResult:
+    run_id: str
+    workflow_id: str
+    created: bool
+
+
+def _validate_workflow_id(workflow_id: Any) -> str:
+    if not isinstance(workflow_id, str):
+        raise InvalidInput(f"id must be a string; got {type(workflow_id).__name__}")
+    if not workflow_id.strip():
+        raise InvalidInput("id must not be empty or blank; omit it to get a generated id")
+    if len(workflow_id) > WORKFLOW_ID_MAX_LENGTH:
+        raise InvalidInput(
+            f"id is {len(workflow_id)} characters long; the limit is {WORKFLOW_ID_MAX_LENGTH}"
+        )
+    if any(ord(ch) < 32 for ch in workflow_id):
+        raise InvalidInput("id must not contain control characters")
+    return workflow_id
+
+
+def start(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str | None = None,  # noqa: A002 - the public name
+    on_conflict: str = "use_existing",
+    execution_timeout: Duration | None = None,
+    start_delay: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> StartResult:
+    """Create a run of ``workflow``, unowned and runnable (or ``pending`` with a delay).
+
+    Everything is validated before anything is written. Idempotent by ``id``:
+    ``use_existing`` (default) returns the latest run with that id if there is one,
+    ``fail`` raises :class:`WorkflowAlreadyExists`, ``start_new_if_terminal`` returns a
+    live run with that id or starts a new one when the latest has finished.
+    """
+    definition = registry.get_workflow(workflow)
+    if args is None:
+        args = []
+    if not isinstance(args, list | tuple):
+        raise InvalidInput(f"args must be a list; got {type(args).__name__}")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs):
+        raise InvalidInput("kwargs must be a dict with string keys")
+    limit = weft_settings.MAX_PAYLOAD_BYTES
+    args_value = codec.loads(codec.dumps(list(args), what="args", limit=limit))
+    kwargs_value = codec.loads(codec.dumps(kwargs, what="kwargs", limit=limit))
+    if search_attributes is None:
+        search_attributes = {}
+    if not isinstance(search_attributes, dict):
+        raise InvalidInput("search_attributes must be a dict")
+    attributes = codec.loads(codec.dumps(search_attributes, what="search_attributes", limit=limit))
+    if on_conflict not in ON_CONFLICT_CHOICES:
+        raise InvalidInput(f"on_conflict must be one of {', '.join(ON_CONFLICT_CHOICES)}; got {on_conflict!r}")
+    timeout = parse_duration(execution_timeout, what="execution_timeout") if execution_timeout is not None else None
+    delay = parse_duration(start_delay, what="start_delay") if start_delay is not None else None
+    workflow_id = _validate_workflow_id(id) if id is not None else None
+
+    store = get_store()
+    run_id = uuid.uuid4()
+    fields = {
+        "workflow_name": definition.name,
+        "workflow_version": definition.version,
+        "args": args_value,
+        "kwargs": kwargs_value,
+        "search_attributes": attributes,
+    }
+    for attempt in range(3):
+        try:
+            with transaction.atomic(using=store.alias):
+                if workflow_id is not None:
+                    existing = _existing_for_start(store, workflow_id, on_conflict)
+                    if existing is not None:
+                        return StartResult(str(existing.pk), existing.workflow_id, created=False)
+                now = store.db_now()
+                run = WorkflowRun.objects.using(store.alias).create(
+                    id=run_id,
+                    workflow_id=workflow_id or str(run_id),
+                    status=RunStatus.PENDING if delay else RunStatus.RUNNING,
+                    ready_at=None if delay else now,
+                    execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
+                    **fields,
+                )
+                if delay:
+                    fire_at = now + timedelta(seconds=delay)
+                    Timer.objects.using(store.alias).create(
+                        run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
+                    )
+                    _dispatch_on_commit(str(run.pk), eta=fire_at)
+                else:
+                    _dispatch_on_commit(str(run.pk))
+            logger.info("run %s (%s %s): started", run.pk, run.workflow_name, run.workflow_id)
+            return StartResult(str(run.pk), run.workflow_id, created=True)
+        except IntegrityError:
+            # A concurrent start with the same id won the one-active-run constraint
+            # (only reachable where the advisory lock is unavailable); look again.
+            if workflow_id is None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) -> WorkflowRun | None:
+    if store.is_postgres:
+        # Serialise starts of one business key, so "look, then create" cannot interleave.
+        with store.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
+    latest = WorkflowRun.objects.using(store.alias).for_workflow_id(workflow_id).first()
+    if latest is None:
+        return None
+    if on_conflict == "fail":
+        raise WorkflowAlreadyExists(
+            f"a run with workflow id {workflow_id!r} already exists (run {latest.pk}, {latest.status}); "
+            "pass on_conflict='use_existing' to get it back or 'start_new_if_terminal'",
+            workflow_id=workflow_id,
+            run_id=str(latest.pk),
+        )
+    if on_conflict == "start_new_if_terminal" and latest.status in TERMINAL_STATUSES:
+        return None
+    return latest
+
+
+# -- turns and the sweep ---------------------------------------------------------------
+
+
+def run_turn(run_id: str) -> TurnOutcome:
+    """Claim ``run_id`` and drive it until it parks or finishes (safe to call for any id)."""
+    return get_engine().run_turn(str(run_id))
+
+
+@dataclass
+class TickReport:
+    fired: int = 0
+    dispatched: int = 0
+    purged: int = 0
+    run_ids: list[str] = field(default_factory=list)
+
+
+_last_purge = [0.0]
+
+
+def tick(dispatcher: Any = None) -> TickReport:
+    """One sweep: fire due timers, then dispatch runnable runs and expired leases.
+
+    Safe to run from several processes at once: rows are taken with
+    ``select_for_update(skip_locked=True)``, so each timer fires once.
+    """
+    dispatcher = dispatcher or get_dispatcher()
+    store = get_store()
+    batch = weft_settings.TICK_BATCH
+    report = TickReport()
+    report.fired = len(store.fire_due_timers(batch))
+    if delivers(dispatcher):
+        ids = store.claim_dispatch_batch(batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE)
+        for run_id in ids:
+            dispatcher.dispatch_turn(run_id)
+        report.dispatched = len(ids)
+        report.run_ids = ids
+    retention = weft_settings.RETENTION
+    if retention is not None and time.monotonic() - _last_purge[0] > 60:
+        _last_purge[0] = time.monotonic()
+        report.purged = store.purge_terminal_before(store.db_now() - retention, batch)
+    return report
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def get_run(ref: str | uuid.UUID) -> WorkflowRun:
+    """The run with this run id, or the latest run with this workflow id."""
+    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+    run = None
+    try:
+        run_uuid = ref if isinstance(ref, uuid.UUID) else uuid.UUID(str(ref))
+    except ValueError:
+        run_uuid = None
+    if run_uuid is not None:
+        run = runs.filter(pk=run_uuid).first()
+    if run is None:
+        run = runs.for_workflow_id(str(ref)).first()
+    if run is None:
+        raise WorkflowNotFound(f"no workflow run has run id or workflow id {str(ref)!r}", ref=str(ref))
+    return run
+
+
+def describe(run: WorkflowRun) -> dict[str, Any]:
+    return {
+        "run_id": str(run.pk),
+        "workflow_id": run.workflow_id,
+        "workflow": run.workflow_name,
+        "version": run.workflow_version,
+        "status": run.status,
+        "args": run.args,
+        "kwargs": run.kwargs,
+        "result": run.result,
+        "error": run.error,
+        "failure_category": run.failure_category or None,
+        "attempt": run.attempt,
+        "search_attributes": run.search_attributes,
+        "waiting_on": run.waiting_on,
+        "execution_deadline": run.execution_deadline,
+        "owner_id": run.owner_id,
+        "owner_epoch": run.owner_epoch,
+        "lease_expires_at": run.lease_expires_at,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "finished_at": run.finished_at,
+        "parent_run_id": str(run.parent_id) if run.parent_id else None,
+    }
+
+
+def history(run: WorkflowRun) -> list[dict[str, Any]]:
+    steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run).order_by("seq")
+    return [
+        {
+            "seq": step.seq,
+            "kind": step.kind,
+            "name": step.name,
+            "status": step.status,
+            "args": step.args,
+            "result": step.result,
+            "error": step.error,
+            "attempt": step.attempt,
+            "started_at": step.started_at,
+            "finished_at": step.finished_at,
+        }
+        for step in steps
+    ]
+
+
+def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
+    """Wait for the run to finish and return its result, or raise its outcome's error.
+
+    A ``continued`` run is followed to its successor.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = poll
+    current = str(run_id)
+    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+    while True:
+        row = runs.filter(pk=current).values("status", "result", "error", "workflow_id").first()
+        if row is None:
+            raise WorkflowNotFound(f"run {current} no longer exists", ref=current)
+        status = row["status"]
+        if status == RunStatus.COMPLETED:
+            return row["result"]
+        if status == RunStatus.CONTINUED:
+            current = row["result"]["continued_as"]
+            continue
+        if status in TERMINAL_STATUSES:
+            raise _outcome_error(current, row["workflow_id"], status, row["error"] or {})
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ResultTimeout(
+                f"run {current} is still {status} after {timeout} s; call result() again later",
+                run_id=current,
+                status=status,
+            )
+        pause = delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0))
+        time.sleep(pause)
+        delay = min(delay * 1.5, 0.25)
+
+
+def _outcome_error(run_id: str, workflow_id: str, status: str, error: dict[str, Any]) -> Exception:
+    if status == RunStatus.FAILED:
+        return WorkflowFailed(
+            f"run {run_id} ({workflow_id}) failed: {error.get('type')}: {error.get('message')}",
+            run_id=run_id,
+            workflow_id=workflow_id,
+            error_type=error.get("type"),
+            error_message=error.get("message"),
+            error_traceback=error.get("traceback"),
+            details=error,
+        )
+    if status == RunStatus.CANCELLED:
+        return WorkflowCancelled(
+            f"run {run_id} ({workflow_id}) was cancelled", run_id=run_id, workflow_id=workflow_id,
+            reason=error.get("reason"),
+        )  # fmt: skip
+    return WorkflowTimedOut(
+        f"run {run_id} ({workflow_id}) passed its execution timeout", run_id=run_id, workflow_id=workflow_id
+    )
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    counts: dict[str, int]
+    oldest_waiting: WorkflowRun | None
+    oldest_runnable: WorkflowRun | None
+    expired_leases: int
+    due_timers: int
+    oldest_due_timer: datetime | None
+
+
+def status_report() -> StatusReport:
+    store = get_store()
+    runs = WorkflowRun.objects.using(store.alias)
+    counts = {status: 0 for status in RunStatus}
+    for row in runs.order_by().values("status").annotate(n=Count("pk")):
+        counts[row["status"]] = row["n"]
+    now = store.db_now()
+    timers = Timer.objects.using(store.alias).due(now).aggregate(n=Count("pk"), oldest=Min("fire_at"))
+    return StatusReport(
+        counts=counts,
+        oldest_waiting=runs.filter(status=RunStatus.WAITING).order_by("updated_at").first(),
+        oldest_runnable=runs.runnable().order_by("ready_at").first(),
+        expired_leases=runs.expired_leases(now, 0).count(),
+        due_timers=timers["n"],
+        oldest_due_timer=timers["oldest"],
+    )

@@ -1,0 +1,488 @@
+"""The ORM adapter of the engine's store port: every fenced write lives here.
+
+Fencing (DESIGN §4): a write an owner makes for its run succeeds only while the run
+row still names that owner at that epoch. The hot step commit is one statement, a
+conditional row lock feeding the step upsert (PostgreSQL: a ``FOR UPDATE`` CTE; SQLite:
+``INSERT ... SELECT ... WHERE`` under SQLite's single writer). External transitions
+lock the same row and rotate the epoch, so whichever commits second sees the other.
+
+Lease times use the database clock on PostgreSQL (``now()``), so clock skew between
+worker hosts cannot make a live lease look expired. SQLite is embedded: its clock is the
+local clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from .conf import weft_settings
+from .engine import codec
+from .engine.errors import Deposed
+from .engine.records import ClaimedRun, RunStatus, StepRecord, StepWrite, TimerWrite
+from .models import Step, Timer, WorkflowRun
+
+RUN_TABLE = WorkflowRun._meta.db_table
+STEP_TABLE = Step._meta.db_table
+TIMER_TABLE = Timer._meta.db_table
+
+_STEP_COLUMNS = (
+    "run_id, seq, kind, name, status, args, result, error, attempt, "
+    "started_at, finished_at, created_at, updated_at"
+)
+_STEP_ON_CONFLICT = (
+    "ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
+    "result = excluded.result, error = excluded.error, attempt = excluded.attempt, "
+    "finished_at = excluded.finished_at, updated_at = excluded.updated_at"
+)
+
+
+def _aware(value: Any) -> datetime:
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        assert parsed is not None, value
+        value = parsed
+    if timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value  # type: ignore[no-any-return]
+
+
+def _json(value: Any) -> Any:
+    return codec.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _deposed(run_id: str, owner: str, epoch: int, what: str) -> Deposed:
+    return Deposed(
+        f"run {run_id}: {what} rejected, engine {owner} no longer owns it at epoch {epoch}",
+        run_id=run_id,
+        owner=owner,
+        epoch=epoch,
+    )
+
+
+class DjangoStore:
+    """The engine's :class:`~django_weft.engine.ports.TurnStore` on a Django database."""
+
+    def __init__(self, alias: str | None = None) -> None:
+        self._alias = alias
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @property
+    def alias(self) -> str:
+        return self._alias or weft_settings.DATABASE_ALIAS
+
+    @property
+    def connection(self) -> Any:
+        return connections[self.alias]
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.connection.vendor == "postgresql"
+
+    def _run_key(self, run_id: str | uuid.UUID) -> Any:
+        value = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        return WorkflowRun._meta.pk.get_db_prep_value(value, self.connection)  # type: ignore[union-attr]
+
+    def _dt(self, value: datetime | None) -> Any:
+        return self.connection.ops.adapt_datetimefield_value(value)
+
+    def db_now(self) -> datetime:
+        if self.is_postgres:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT now()")
+                return _aware(cursor.fetchone()[0])
+        return timezone.now()
+
+    def _runs(self) -> Any:
+        return WorkflowRun.objects.using(self.alias)
+
+    # -- claim -------------------------------------------------------------------------
+
+    def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
+        """Claim a runnable run, or take over one whose lease expired more than ``grace``
+        seconds ago. A waiting run whose timer is due is woken and claimed at once."""
+        row = self._claim_runnable(run_id, owner, ttl, grace)
+        if row is None:
+            row = self._claim_woken(run_id, owner, ttl)
+            if row is None:
+                return None
+        workflow_id, name, args, kwargs, epoch, attempt, created_at, db_now = row
+        return ClaimedRun(
+            run_id=str(run_id),
+            workflow_id=workflow_id,
+            workflow_name=name,
+            args=_json(args) or [],
+            kwargs=_json(kwargs) or {},
+            epoch=int(epoch),
+            attempt=int(attempt),
+            created_at=_aware(created_at),
+            db_now=_aware(db_now),
+            steps=self.load_steps(run_id),
+        )
+
+    def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> Any:
+        # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
+        # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
+        returning = "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at"
+        if self.is_postgres:
+            sql = (
+                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
+                "waiting_on = NULL, updated_at = now() "
+                "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
+                "lease_expires_at < now() - %(grace)s * interval '1 second') "
+                f"{returning}, now()"
+            )
+            params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
+        else:
+            now = timezone.now()
+            sql = (
+                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
+                "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
+                "(owner_id IS NULL OR lease_expires_at < %(cutoff)s) "
+                f"{returning}, %(now)s"
+            )
+            params = {
+                "owner": owner,
+                "id": self._run_key(run_id),
+                "now": self._dt(now),
+                "until": self._dt(now + timedelta(seconds=ttl)),
+                "cutoff": self._dt(now - timedelta(seconds=grace)),
+            }
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+
+    def _claim_woken(self, run_id: str, owner: str, ttl: float) -> Any:
+        """Fire the due timers of a waiting run and claim it, in one transaction."""
+        with transaction.atomic(using=self.alias):
+            run = (
+                self._runs()
+                .select_for_update(skip_locked=True)
+                .filter(pk=run_id, status=RunStatus.WAITING)
+                .first()
+            )
+            if run is None:
+                return None
+            now = self.db_now()
+            fired = Timer.objects.using(self.alias).filter(run_id=run.pk).due(now).update(fired_at=now)
+            if not fired:
+                return None
+            run.owner_epoch += 1
+            self._runs().filter(pk=run.pk).update(
+                status=RunStatus.RUNNING,
+                owner_id=owner,
+                owner_epoch=run.owner_epoch,
+                lease_expires_at=now + timedelta(seconds=ttl),
+                claimed_at=now,
+                ready_at=now,
+                waiting_on=None,
+                updated_at=now,
+            )
+            return (run.workflow_id, run.workflow_name, run.args, run.kwargs,
+                    run.owner_epoch, run.attempt, run.created_at, now)  # fmt: skip
+
+    def load_steps(self, run_id: str) -> dict[int, StepRecord]:
+        """The recorded steps of a run, in one query."""
+        sql = (
+            "SELECT seq, kind, name, status, result, error, attempt, started_at, finished_at "
+            f"FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
+        )
+        steps: dict[int, StepRecord] = {}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"id": self._run_key(run_id)})
+            for seq, kind, name, status, result, error, attempt, started, finished in cursor.fetchall():
+                steps[seq] = StepRecord(
+                    seq=seq,
+                    kind=kind,
+                    name=name,
+                    status=status,
+                    result=_json(result),
+                    error=_json(error),
+                    attempt=attempt,
+                    started_at=_aware(started) if started is not None else None,
+                    finished_at=_aware(finished) if finished is not None else None,
+                )
+        return steps
+
+    # -- fenced writes -----------------------------------------------------------------
+
+    def _step_sql(self) -> str:
+        cast = "::jsonb" if self.is_postgres else ""
+        values = (
+            f"%(seq)s, %(kind)s, %(name)s, %(status)s, %(args)s{cast}, %(result)s{cast}, "
+            f"%(error)s{cast}, %(attempt)s, %(started)s, %(finished)s, %(stamp)s, %(stamp)s"
+        )
+        if self.is_postgres:
+            return (
+                f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND "
+                "owner_id = %(owner)s AND owner_epoch = %(epoch)s FOR UPDATE) "
+                f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT fence.id, {values} FROM fence "
+                f"{_STEP_ON_CONFLICT} RETURNING id"
+            )
+        return (
+            f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT id, {values} FROM {RUN_TABLE} "
+            "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
+            f"{_STEP_ON_CONFLICT} RETURNING id"
+        )
+
+    def _step_params(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> dict[str, Any]:
+        stamp = step.finished_at or step.started_at
+        return {
+            "id": self._run_key(run_id),
+            "owner": owner,
+            "epoch": epoch,
+            "seq": step.seq,
+            "kind": step.kind,
+            "name": step.name,
+            "status": step.status,
+            "args": step.args_json,
+            "result": step.result_json,
+            "error": step.error_json,
+            "attempt": step.attempt,
+            "started": self._dt(step.started_at),
+            "finished": self._dt(step.finished_at),
+            "stamp": self._dt(stamp),
+        }
+
+    def _write_step(self, cursor: Any, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+        cursor.execute(self._step_sql(), self._step_params(run_id, owner, epoch, step))
+        if cursor.fetchone() is None:
+            raise _deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
+
+    def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+        """Record one step in one statement, fenced on (owner, epoch). Raises ``Deposed``."""
+        with self.connection.cursor() as cursor:
+            self._write_step(cursor, run_id, owner, epoch, step)
+
+    def commit_step_atomic(
+        self, run_id: str, owner: str, epoch: int, body: Callable[[], StepWrite]
+    ) -> StepWrite:
+        """Lock and check the run row, run ``body`` (an atomic activity), record its step;
+        all in one transaction on the workflow database. Raises ``Deposed`` before
+        running ``body`` if the run is not ours; an exception from ``body`` rolls back."""
+        with transaction.atomic(using=self.alias):
+            locked = (
+                self._runs()
+                .select_for_update()
+                .filter(pk=run_id, owner_id=owner, owner_epoch=epoch)
+                .values_list("pk", flat=True)
+            )
+            if not list(locked):
+                raise _deposed(run_id, owner, epoch, "atomic activity")
+            step = body()
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+        return step
+
+    def _write_timers(self, cursor: Any, run_id: str, timers: Iterable[TimerWrite], now: datetime) -> None:
+        sql = (
+            f"INSERT INTO {TIMER_TABLE} (run_id, seq, kind, fire_at, fired_at, created_at) "
+            "VALUES (%(id)s, %(seq)s, %(kind)s, %(fire_at)s, NULL, %(now)s) "
+            "ON CONFLICT (run_id, seq, kind) DO UPDATE SET fire_at = excluded.fire_at, fired_at = NULL"
+        )
+        for timer in timers:
+            cursor.execute(
+                sql,
+                {"id": self._run_key(run_id), "seq": timer.seq, "kind": timer.kind,
+                 "fire_at": self._dt(timer.fire_at), "now": self._dt(now)},  # fmt: skip
+            )
+
+    def _owned(self, run_id: str, owner: str, epoch: int) -> Any:
+        return self._runs().filter(pk=run_id, owner_id=owner, owner_epoch=epoch)
+
+    def park(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        waiting_on: dict[str, object],
+        steps: Iterable[StepWrite],
+        timers: Iterable[TimerWrite],
+    ) -> None:
+        """Record the wait's steps and timers, set ``waiting`` and release, atomically."""
+        with transaction.atomic(using=self.alias):
+            now = timezone.now()
+            with self.connection.cursor() as cursor:
+                for step in steps:
+                    self._write_step(cursor, run_id, owner, epoch, step)
+                self._write_timers(cursor, run_id, timers, now)
+            parked = self._owned(run_id, owner, epoch).update(
+                status=RunStatus.WAITING,
+                waiting_on=waiting_on,
+                owner_id=None,
+                lease_expires_at=None,
+                ready_at=None,
+                dispatched_at=None,
+                updated_at=Now(),
+            )
+            if not parked:
+                raise _deposed(run_id, owner, epoch, "park")
+
+    def _finish(self, run_id: str, owner: str, epoch: int, what: str, **fields: Any) -> None:
+        with transaction.atomic(using=self.alias):
+            finished = self._owned(run_id, owner, epoch).update(
+                owner_id=None,
+                lease_expires_at=None,
+                ready_at=None,
+                dispatched_at=None,
+                waiting_on=None,
+                finished_at=Now(),
+                updated_at=Now(),
+                **fields,
+            )
+            if not finished:
+                raise _deposed(run_id, owner, epoch, what)
+            Timer.objects.using(self.alias).filter(run_id=run_id).unfired().delete()
+
+    def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None:
+        self._finish(run_id, owner, epoch, "completion",
+                     status=RunStatus.COMPLETED, result=codec.loads(result_json))  # fmt: skip
+
+    def fail(self, run_id: str, owner: str, epoch: int, error_json: str, category: str) -> None:
+        self._finish(run_id, owner, epoch, "failure",
+                     status=RunStatus.FAILED, error=codec.loads(error_json), failure_category=category)  # fmt: skip
+
+    def continue_as_new(
+        self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str
+    ) -> str:
+        with transaction.atomic(using=self.alias):
+            run = self._owned(run_id, owner, epoch).select_for_update().first()
+            if run is None:
+                raise _deposed(run_id, owner, epoch, "continue_as_new")
+            successor_id = uuid.uuid4()
+            self._finish(run_id, owner, epoch, "continue_as_new",
+                         status=RunStatus.CONTINUED, result={"continued_as": str(successor_id)})  # fmt: skip
+            now = self.db_now()
+            self._runs().create(
+                id=successor_id,
+                workflow_id=run.workflow_id,
+                workflow_name=run.workflow_name,
+                workflow_version=run.workflow_version,
+                status=RunStatus.RUNNING,
+                args=codec.loads(args_json),
+                kwargs=codec.loads(kwargs_json),
+                parent_id=run.parent_id,
+                search_attributes=run.search_attributes,
+                execution_deadline=run.execution_deadline,
+                ready_at=now,
+            )
+        return str(successor_id)
+
+    def release(self, run_id: str, owner: str, epoch: int) -> bool:
+        """Drop ownership, keep status (the run stays runnable for another worker)."""
+        return bool(
+            self._owned(run_id, owner, epoch).update(
+                owner_id=None, lease_expires_at=None, dispatched_at=None, ready_at=Now(), updated_at=Now()
+            )
+        )
+
+    def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
+        """Extend the lease of every held run; return those no longer ours."""
+        lost: set[str] = set()
+        if self.is_postgres:
+            sql = (
+                f"UPDATE {RUN_TABLE} SET lease_expires_at = now() + %(ttl)s * interval '1 second' "
+                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s"
+            )
+            until = None
+        else:
+            sql = (
+                f"UPDATE {RUN_TABLE} SET lease_expires_at = %(until)s "
+                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s"
+            )
+            until = self._dt(timezone.now() + timedelta(seconds=ttl))
+        with self.connection.cursor() as cursor:
+            for run_id, epoch in held.items():
+                cursor.execute(
+                    sql, {"ttl": ttl, "until": until, "id": self._run_key(run_id), "owner": owner, "epoch": epoch}
+                )
+                if cursor.rowcount == 0:
+                    lost.add(run_id)
+        return lost
+
+    # -- the sweep ---------------------------------------------------------------------
+
+    def fire_due_timers(self, batch: int) -> list[str]:
+        """Fire up to ``batch`` due timers and make their runs runnable; return the run ids
+        to dispatch. ``skip_locked`` lets several sweepers share the work: each timer is
+        fired by exactly one of them."""
+        with transaction.atomic(using=self.alias):
+            now = self.db_now()
+            due = list(
+                Timer.objects.using(self.alias)
+                .due(now)
+                .select_for_update(skip_locked=True)
+                .order_by("fire_at")
+                .values_list("pk", "run_id", "kind")[:batch]
+            )
+            if not due:
+                return []
+            Timer.objects.using(self.alias).filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
+            delayed = {run for _, run, kind in due if kind == Timer.Kind.DELAYED_START}
+            waking = {run for _, run, kind in due if kind != Timer.Kind.DELAYED_START}
+            woken = list(
+                self._runs()
+                .filter(
+                    Q(pk__in=waking, status=RunStatus.WAITING) | Q(pk__in=delayed, status=RunStatus.PENDING)
+                )
+                .values_list("pk", flat=True)
+            )
+            if woken:
+                self._runs().filter(pk__in=woken).update(
+                    status=RunStatus.RUNNING, ready_at=now, waiting_on=None, updated_at=now
+                )
+        return [str(run) for run in woken]
+
+    def claim_dispatch_batch(self, batch: int, redispatch_after: float, grace: float) -> list[str]:
+        """Runnable runs and expired leases that nobody dispatched recently; marks them
+        dispatched (so concurrent sweepers do not both send them) and returns their ids."""
+        with transaction.atomic(using=self.alias):
+            now = self.db_now()
+            recently = now - timedelta(seconds=redispatch_after)
+            not_recent = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=recently)
+            runnable = list(
+                self._runs()
+                .runnable()
+                .filter(not_recent)
+                .select_for_update(skip_locked=True)
+                .order_by("ready_at")
+                .values_list("pk", flat=True)[:batch]
+            )
+            expired = list(
+                self._runs()
+                .expired_leases(now, grace)
+                .filter(not_recent)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)[: max(batch - len(runnable), 0)]
+            )
+            ids = runnable + expired
+            if ids:
+                self._runs().filter(pk__in=ids).update(dispatched_at=now)
+        return [str(run) for run in ids]
+
+    def purge_terminal_before(self, cutoff: datetime, batch: int) -> int:
+        """Delete up to ``batch`` terminal runs last updated before ``cutoff``."""
+        with transaction.atomic(using=self.alias):
+            ids = list(
+                self._runs()
+                .terminal()
+                .filter(updated_at__lt=cutoff)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)[:batch]
+            )
+            if not ids:
+                return 0
+            WorkflowRun.objects.using(self.alias).filter(parent_id__in=ids).update(parent=None)
+            self._runs().filter(pk__in=ids).delete()
+        return len(ids)

@@ -1,0 +1,45 @@
+"""Helpers for testing workflows: drive runs synchronously in the test process.
+
+Nothing in django_weft imports this module. Typical use::
+
+    from django_weft.testing import drive
+
+    handle = client.start("orders.fulfil", args=[42])
+    assert drive(handle.run_id) == "completed"
+"""
+
+from __future__ import annotations
+
+import time
+
+from .conf import weft_settings
+from .dispatch import SweepOnlyDispatcher
+from .engine.executor import Engine
+from .engine.records import TERMINAL_STATUSES
+from .models import WorkflowRun
+from .runtime import _CurrentDispatcher, tick
+from .store import DjangoStore
+
+
+def make_engine(engine_id: str | None = None) -> Engine:
+    """A fresh engine with its own identity (two of them act like two worker processes)."""
+    return Engine(DjangoStore(), _CurrentDispatcher(), weft_settings.engine_config, engine_id=engine_id)
+
+
+def drive(run_id: str, *, engine: Engine | None = None, timeout: float = 10.0) -> str:
+    """Run turns of ``run_id`` (firing its timers as they come due) until it is terminal.
+
+    Returns the final status; raises ``TimeoutError`` after ``timeout`` seconds.
+    """
+    engine = engine or make_engine()
+    deadline = time.monotonic() + timeout
+    sweep = SweepOnlyDispatcher()
+    while True:
+        engine.run_turn(str(run_id))
+        status = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        if status is None or status in TERMINAL_STATUSES:
+            return str(status)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} still {status} after {timeout} s")
+        tick(sweep)
+        time.sleep(0.01)

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from django_weft.engine import faults
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from django.conf import settings
+
+    on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    skip = pytest.mark.skip(reason="needs PostgreSQL (WEFT_TEST_DB=postgres)")
+    for item in items:
+        if "postgres" in item.keywords and not on_postgres:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _disarm_faults() -> Iterator[None]:
+    yield
+    faults.disarm()
+
+
+@pytest.fixture
+def on_postgres() -> bool:
+    return bool(connection.vendor == "postgresql")

@@ -1,0 +1,82 @@
+"""Settings for the test suite. ``WEFT_TEST_DB=postgres`` (default) or ``sqlite``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_weft",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+TEST_DB = os.environ.get("WEFT_TEST_DB", "postgres")
+if TEST_DB == "sqlite":
+    _sqlite_dir = Path(os.environ.get("WEFT_TEST_SQLITE_DIR", tempfile.gettempdir()))
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(_sqlite_dir / f"weft-tests-{os.getpid()}.sqlite3"),
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            "TEST": {"NAME": str(_sqlite_dir / f"weft-tests-{os.getpid()}-test.sqlite3")},
+        }
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("WEFT_TEST_PG_NAME", "weft"),
+            "USER": os.environ.get("PGUSER", "postgres"),
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+            "TEST": {"NAME": os.environ.get("WEFT_TEST_PG_TEST_NAME", "test_weft")},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Short leases so takeover tests finish quickly; the TTL >= 3 x renew rule still holds.
+WEFT_LEASE_TTL = 3
+WEFT_LEASE_RENEW_INTERVAL = 0.5
+WEFT_TAKEOVER_GRACE = 0.5
+WEFT_TICK_INTERVAL = 0.2
+WEFT_REDISPATCH_AFTER = 1
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_weft": {"handlers": ["console"], "level": os.environ.get("WEFT_LOG_LEVEL", "WARNING")}},
+}

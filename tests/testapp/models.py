@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class SideEffect(models.Model):
+    """One row per execution of a test activity body (counts executions)."""
+
+    key = models.CharField(max_length=200, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class LedgerEntry(models.Model):
+    """Written by atomic activities; unique per key so a double commit would fail loudly."""
+
+    key = models.CharField(max_length=200, unique=True)
+    amount = models.IntegerField(default=0)

@@ -1,0 +1,219 @@
+"""Workflows and activities used by the test suite (autodiscovered like a user's)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from django_weft import RetryPolicy, activity, activity_info, workflow
+
+from .models import LedgerEntry, SideEffect
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+# Per-test knobs for in-process tests; keyed by whatever the test chooses.
+counters: dict[str, int] = {}
+counters_lock = threading.Lock()
+
+
+def bump(key: str) -> int:
+    with counters_lock:
+        counters[key] = counters.get(key, 0) + 1
+        return counters[key]
+
+
+@activity(name="tests.record", retry=NO_RETRY)
+def record(key: str, value: Any = None) -> Any:
+    """Writes one SideEffect row per execution, so tests can count executions."""
+    SideEffect.objects.create(key=key)
+    return value
+
+
+@activity(name="tests.noop", retry=NO_RETRY)
+def noop(value: Any = None) -> Any:
+    return value
+
+
+@workflow(name="tests.ten_steps")
+def ten_steps(ctx: Any, key: str) -> dict[str, Any]:
+    total = 0
+    for i in range(10):
+        total += ctx.run(record, f"{key}:{i}", i)
+    return {"total": total}
+
+
+@workflow(name="tests.steps_with_sleep")
+def steps_with_sleep(ctx: Any, key: str, steps: int = 6, sleep: float = 1.0) -> int:
+    for i in range(steps // 2):
+        ctx.run(record, f"{key}:{i}", i)
+    ctx.sleep(sleep)
+    for i in range(steps // 2, steps):
+        ctx.run(record, f"{key}:{i}", i)
+    return steps
+
+
+@activity(name="tests.slow_record", retry=NO_RETRY)
+def slow_record(key: str, seconds: float) -> str:
+    SideEffect.objects.create(key=key)
+    time.sleep(seconds)
+    return key
+
+
+@workflow(name="tests.slow_middle")
+def slow_middle(ctx: Any, key: str, seconds: float = 1.0) -> str:
+    ctx.run(record, f"{key}:before")
+    ctx.run(slow_record, f"{key}:slow", seconds)
+    ctx.run(record, f"{key}:after")
+    return "done"
+
+
+@activity(name="tests.ledger_write", atomic=True, retry=NO_RETRY)
+def ledger_write(key: str, amount: int) -> int:
+    LedgerEntry.objects.create(key=key, amount=amount)
+    SideEffect.objects.create(key=f"{key}:ledger")
+    return amount
+
+
+@workflow(name="tests.atomic_ledger")
+def atomic_ledger(ctx: Any, key: str) -> int:
+    ctx.run(record, f"{key}:before")
+    amount = ctx.run(ledger_write, key, 42)
+    ctx.run(record, f"{key}:after")
+    return int(amount)
+
+
+@activity(name="tests.flaky", retry=RetryPolicy(max_attempts=5, initial_interval=0.01, backoff=1.0))
+def flaky(key: str, failures: int) -> int:
+    attempt = activity_info().attempt
+    SideEffect.objects.create(key=f"{key}:attempt{attempt}")
+    if attempt <= failures:
+        raise ConnectionError(f"attempt {attempt} failed")
+    return attempt
+
+
+@workflow(name="tests.flaky")
+def flaky_workflow(ctx: Any, key: str, failures: int) -> int:
+    return int(ctx.run(flaky, key, failures))
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+@activity(
+    name="tests.declined",
+    retry=RetryPolicy(max_attempts=5, initial_interval=0.01, non_retryable=(PaymentDeclined,)),
+)
+def declined(key: str) -> None:
+    SideEffect.objects.create(key=key)
+    raise PaymentDeclined("card declined")
+
+
+@workflow(name="tests.declined")
+def declined_workflow(ctx: Any, key: str) -> None:
+    ctx.run(declined, key)
+
+
+@activity(name="tests.always_fails", retry=RetryPolicy(max_attempts=3, initial_interval=0.01))
+def always_fails(key: str) -> None:
+    attempt = activity_info().attempt
+    SideEffect.objects.create(key=key)
+    raise ValueError(f"boom on attempt {attempt}")
+
+
+@workflow(name="tests.always_fails")
+def always_fails_workflow(ctx: Any, key: str) -> None:
+    ctx.run(always_fails, key)
+
+
+@activity(name="tests.durable_retry", retry=RetryPolicy(max_attempts=3, initial_interval=5, backoff=1.0))
+def durable_retry(key: str) -> int:
+    attempt = activity_info().attempt
+    SideEffect.objects.create(key=f"{key}:attempt{attempt}")
+    if attempt == 1:
+        raise ConnectionError("first attempt fails")
+    return attempt
+
+
+@workflow(name="tests.durable_retry")
+def durable_retry_workflow(ctx: Any, key: str) -> int:
+    return int(ctx.run(durable_retry, key))
+
+
+# Order of steps switched by an environment variable / module flag, for the
+# non-determinism tests (simulates a deploy that changed the code).
+ORDER = {"swap": False, "patched": False}
+
+
+@activity(name="tests.a", retry=NO_RETRY)
+def step_a() -> str:
+    return "a"
+
+
+@activity(name="tests.b", retry=NO_RETRY)
+def step_b() -> str:
+    return "b"
+
+
+@workflow(name="tests.reorder")
+def reorder(ctx: Any) -> list[str]:
+    out = [ctx.run(step_a)]
+    ctx.sleep(0.2)
+    if ORDER["patched"]:
+        if ctx.patched("b-before-a"):
+            out += [ctx.run(step_b), ctx.run(step_a)]
+        else:
+            out += [ctx.run(step_a), ctx.run(step_b)]
+    elif ORDER["swap"]:
+        out += [ctx.run(step_b), ctx.run(step_a)]
+    else:
+        out += [ctx.run(step_a), ctx.run(step_b)]
+    return out
+
+
+@workflow(name="tests.sleepy")
+def sleepy(ctx: Any, seconds: float = 2.0) -> str:
+    ctx.run(record, "sleepy:before")
+    ctx.sleep(seconds)
+    woke = ctx.now()
+    ctx.run(record, "sleepy:after")
+    return woke.isoformat()
+
+
+@workflow(name="tests.echo")
+def echo(ctx: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@workflow(name="tests.recorded_values")
+def recorded_values(ctx: Any) -> dict[str, Any]:
+    ctx.logger.info("computing values")
+    return {
+        "uuid": str(ctx.uuid4()),
+        "random": ctx.random(),
+        "now": ctx.now().isoformat(),
+        "pid": ctx.side_effect(os.getpid),
+    }
+
+
+@workflow(name="tests.countdown")
+def countdown(ctx: Any, n: int) -> str:
+    ctx.run(noop, n)
+    if n > 0:
+        ctx.continue_as_new(n - 1)
+    return "liftoff"
+
+
+@workflow(name="tests.raises")
+def raises(ctx: Any) -> None:
+    ctx.run(noop, 1)
+    raise KeyError("missing thing")
+
+
+@workflow(name="tests.inline_steps")
+def inline_steps(ctx: Any, steps: int) -> int:
+    for i in range(steps):
+        ctx.run(noop, i)
+    return steps
