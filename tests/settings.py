@@ -48,7 +48,8 @@ if TEST_DB == "sqlite":
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(_sqlite_dir / f"weft-tests-{os.getpid()}.sqlite3"),
+            # A child worker process is pointed at the test database by WEFT_TEST_SQLITE_NAME.
+            "NAME": os.environ.get("WEFT_TEST_SQLITE_NAME", str(_sqlite_dir / f"weft-tests-{os.getpid()}.sqlite3")),
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
             "TEST": {"NAME": str(_sqlite_dir / f"weft-tests-{os.getpid()}-test.sqlite3")},
         }
@@ -71,7 +72,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 WEFT_LEASE_TTL = 3
 WEFT_LEASE_RENEW_INTERVAL = 0.5
 WEFT_TAKEOVER_GRACE = 0.5
-WEFT_TICK_INTERVAL = 0.2
+WEFT_TICK_INTERVAL = float(os.environ.get("WEFT_TEST_TICK_INTERVAL", "0.2"))
 WEFT_REDISPATCH_AFTER = 1
 
 LOGGING = {

@@ -128,7 +128,7 @@ def always_fails_workflow(ctx: Any, key: str) -> None:
     ctx.run(always_fails, key)
 
 
-@activity(name="tests.durable_retry", retry=RetryPolicy(max_attempts=3, initial_interval=5, backoff=1.0))
+@activity(name="tests.durable_retry", retry=RetryPolicy(max_attempts=3, initial_interval=0.5, backoff=1.0))
 def durable_retry(key: str) -> int:
     attempt = activity_info().attempt
     SideEffect.objects.create(key=f"{key}:attempt{attempt}")
@@ -159,17 +159,17 @@ def step_b() -> str:
 
 @workflow(name="tests.reorder")
 def reorder(ctx: Any) -> list[str]:
-    out = [ctx.run(step_a)]
-    ctx.sleep(0.2)
     if ORDER["patched"]:
         if ctx.patched("b-before-a"):
-            out += [ctx.run(step_b), ctx.run(step_a)]
+            out = [ctx.run(step_b), ctx.run(step_a)]
         else:
-            out += [ctx.run(step_a), ctx.run(step_b)]
+            out = [ctx.run(step_a), ctx.run(step_b)]
     elif ORDER["swap"]:
-        out += [ctx.run(step_b), ctx.run(step_a)]
+        out = [ctx.run(step_b), ctx.run(step_a)]
     else:
-        out += [ctx.run(step_a), ctx.run(step_b)]
+        out = [ctx.run(step_a), ctx.run(step_b)]
+    ctx.sleep(0.2)
+    out.append(ctx.run(noop, "c"))
     return out
 
 
@@ -190,12 +190,15 @@ def echo(ctx: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
 @workflow(name="tests.recorded_values")
 def recorded_values(ctx: Any) -> dict[str, Any]:
     ctx.logger.info("computing values")
-    return {
+    values = {
         "uuid": str(ctx.uuid4()),
         "random": ctx.random(),
         "now": ctx.now().isoformat(),
         "pid": ctx.side_effect(os.getpid),
     }
+    ctx.sleep(0.05)
+    ctx.logger.info("after the sleep")
+    return values
 
 
 @workflow(name="tests.countdown")
@@ -217,3 +220,15 @@ def inline_steps(ctx: Any, steps: int) -> int:
     for i in range(steps):
         ctx.run(noop, i)
     return steps
+
+
+@activity(name="tests.whoami", retry=NO_RETRY)
+def whoami(key: str) -> str:
+    """Returns the name of the thread that ran it (tells which engine executed it)."""
+    SideEffect.objects.create(key=key)
+    return threading.current_thread().name
+
+
+@workflow(name="tests.fence_probe")
+def fence_probe(ctx: Any, key: str) -> list[str]:
+    return [ctx.run(whoami, f"{key}:{i}") for i in range(3)]

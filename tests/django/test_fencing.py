@@ -1,0 +1,176 @@
+"""Ownership: claims, takeover after expiry, fenced writes, lease renewal (real threads)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_weft import client
+from django_weft.engine import faults
+from django_weft.engine.executor import TurnOutcome
+from django_weft.models import Step, WorkflowRun
+from django_weft.store import DjangoStore
+from django_weft.testing import make_engine
+from tests.testapp.models import SideEffect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def in_thread(target: Any, name: str) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = target()
+        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+            box["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread, box
+
+
+@pytest.mark.postgres
+def test_stalled_owner_is_taken_over_and_its_late_write_is_rejected() -> None:
+    handle = client.start("tests.fence_probe", args=["fp"])
+    engine_a, engine_b = make_engine("engine-A"), make_engine("engine-B")
+    a_stalled, b_done = threading.Event(), threading.Event()
+
+    def stall_a(context: dict[str, Any]) -> None:
+        # Engine A has executed step 1's activity and is about to record it: freeze it
+        # there (no heartbeat runs for A, so its lease runs out meanwhile).
+        if context["engine"] is engine_a and context["seq"] == 1:
+            a_stalled.set()
+            b_done.wait(30)
+
+    faults.arm("after_activity", stall_a)
+    thread, box = in_thread(lambda: engine_a.run_turn(handle.run_id), "thread-A")
+    assert a_stalled.wait(10)
+    run = WorkflowRun.objects.get(pk=handle.run_id)
+    assert (run.owner_id, run.owner_epoch) == ("engine-A", 1)
+
+    # B cannot claim while A's lease is live...
+    assert engine_b.run_turn(handle.run_id) == TurnOutcome.NOT_CLAIMED
+    # ...and takes over once it has expired by more than the grace period.
+    deadline = time.monotonic() + 15
+    outcome = TurnOutcome.NOT_CLAIMED
+    main_name = threading.current_thread().name
+    threading.current_thread().name = "thread-B"
+    try:
+        while outcome == TurnOutcome.NOT_CLAIMED and time.monotonic() < deadline:
+            time.sleep(0.2)
+            outcome = engine_b.run_turn(handle.run_id)
+    finally:
+        threading.current_thread().name = main_name
+    assert outcome == TurnOutcome.COMPLETED
+    run.refresh_from_db()
+    assert run.owner_epoch == 2 and run.status == "completed"
+    steps_after_b = list(Step.objects.filter(run_id=handle.run_id).order_by("seq").values_list("seq", "result", "updated_at"))
+
+    b_done.set()
+    thread.join(10)
+    assert box.get("value") == TurnOutcome.DEPOSED, box
+    # A's late write left nothing: the history is exactly B's.
+    steps = list(Step.objects.filter(run_id=handle.run_id).order_by("seq").values_list("seq", "result", "updated_at"))
+    assert steps == steps_after_b
+    assert [result for _, result, _ in steps] == ["thread-A", "thread-B", "thread-B"]
+    assert handle.result() == ["thread-A", "thread-B", "thread-B"]
+    # Step 1's activity ran twice (A's result was never recorded); step 0 once.
+    assert SideEffect.objects.filter(key="fp:0").count() == 1
+    assert SideEffect.objects.filter(key="fp:1").count() == 2
+
+
+def test_two_engines_racing_to_claim_exactly_one_wins_200_times() -> None:
+    store = DjangoStore()
+    runs = [client.start("tests.echo", args=[i]).run_id for i in range(200)]
+    wins = []
+    for run_id in runs:
+        barrier = threading.Barrier(2)
+        results: dict[str, Any] = {}
+
+        def claim(owner: str, run_id: str = run_id, barrier: threading.Barrier = barrier) -> Any:
+            barrier.wait()
+            return store.claim(run_id, owner, 30, 10)
+
+        threads = [in_thread(lambda owner=owner: claim(owner), owner) for owner in ("A", "B")]
+        for (thread, box), owner in zip(threads, ("A", "B"), strict=True):
+            thread.join(10)
+            assert "error" not in box, box
+            results[owner] = box["value"]
+        winners = [owner for owner, claimed in results.items() if claimed is not None]
+        assert len(winners) == 1, (run_id, results)
+        run = WorkflowRun.objects.get(pk=run_id)
+        assert run.owner_id == winners[0] and run.owner_epoch == 1
+        wins.append(winners[0])
+    assert len(wins) == 200
+
+
+def test_renewal_extends_the_lease_and_detects_a_takeover() -> None:
+    store = DjangoStore()
+    handle = client.start("tests.echo")
+    claimed = store.claim(handle.run_id, "A", 30, 10)
+    assert claimed is not None and claimed.epoch == 1
+    before = WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at
+    time.sleep(0.05)
+    assert store.renew("A", {handle.run_id: 1}, 30) == set()
+    assert WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at > before
+    # Expire A's lease and let B take over: A's next renewal finds the new epoch.
+    WorkflowRun.objects.filter(pk=handle.run_id).update(lease_expires_at="2000-01-01T00:00:00Z")
+    assert store.claim(handle.run_id, "B", 30, 10) is not None
+    assert store.renew("A", {handle.run_id: 1}, 30) == {handle.run_id}
+    assert WorkflowRun.objects.get(pk=handle.run_id).owner_epoch == 2
+
+
+def test_engine_renew_leases_deposes_the_lost_run_locally() -> None:
+    handle = client.start("tests.fence_probe", args=["rn"])
+    engine_a = make_engine("A")
+    engine_b = make_engine("B")
+    reached = threading.Event()
+    proceed = threading.Event()
+
+    def pause(context: dict[str, Any]) -> None:
+        if context["engine"] is engine_a and context["seq"] == 0:
+            reached.set()
+            proceed.wait(10)
+
+    faults.arm("after_step_commit", pause)
+    thread, box = in_thread(lambda: engine_a.run_turn(handle.run_id), "thread-A")
+    assert reached.wait(10)
+    WorkflowRun.objects.filter(pk=handle.run_id).update(lease_expires_at="2000-01-01T00:00:00Z")
+    assert engine_b.store.claim(handle.run_id, "B", 30, 10) is not None
+    assert engine_a.renew_leases() == {handle.run_id}
+    proceed.set()
+    thread.join(10)
+    # A stopped at its next durable operation without running step 1.
+    assert box["value"] == TurnOutcome.DEPOSED
+    assert SideEffect.objects.filter(key="rn:1").count() == 0
+    assert Step.objects.filter(run_id=handle.run_id).count() == 1
+
+
+def test_fenced_writes_are_rejected_after_the_epoch_moves() -> None:
+    from django_weft.engine.errors import Deposed
+    from django_weft.engine.records import StepWrite
+
+    store = DjangoStore()
+    handle = client.start("tests.echo")
+    claimed = store.claim(handle.run_id, "A", 30, 10)
+    assert claimed is not None
+    WorkflowRun.objects.filter(pk=handle.run_id).update(owner_epoch=5)  # someone rotated it
+    now = store.db_now()
+    write = StepWrite(0, "activity", "x", "completed", None, "1", None, 1, now, now)
+    with pytest.raises(Deposed):
+        store.commit_step(handle.run_id, "A", 1, write)
+    with pytest.raises(Deposed):
+        store.complete(handle.run_id, "A", 1, "1")
+    with pytest.raises(Deposed):
+        store.park(handle.run_id, "A", 1, {"kind": "sleep"}, [write], [])
+    with pytest.raises(Deposed):
+        store.commit_step_atomic(handle.run_id, "A", 1, lambda: write)
+    assert Step.objects.count() == 0
+    assert WorkflowRun.objects.get(pk=handle.run_id).status == "running"
