@@ -13,7 +13,9 @@ from .engine.errors import WeftError
 
 
 def _value_error(setting: str, exc: Exception, check_id: str) -> Error:
-    return Error(f"{setting} is invalid: {exc}", hint=f"See docs/reference/settings.md#{setting.lower()}", id=check_id)
+    return Error(
+        f"{setting} is invalid: {exc}", hint=f"See docs/reference/settings.md#{setting.lower()}", id=check_id
+    )
 
 
 @register(Tags.compatibility)
@@ -51,13 +53,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     for setting, number in (("WEFT_TICK_BATCH", "E008"), ("WEFT_MAX_PAYLOAD_BYTES", "E009")):
         value = getattr(settings, setting, DEFAULTS[setting])
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            errors.append(Error(f"{setting} must be a positive integer; got {value!r}.", id=f"django_weft.{number}"))
+            errors.append(
+                Error(f"{setting} must be a positive integer; got {value!r}.", id=f"django_weft.{number}")
+            )
     try:
-        weft_settings.RETENTION
+        _ = weft_settings.RETENTION
     except WeftError as exc:
         errors.append(_value_error("WEFT_RETENTION", exc, "django_weft.E010"))
     try:
-        weft_settings.DEFAULT_RETRY_POLICY
+        _ = weft_settings.DEFAULT_RETRY_POLICY
     except (WeftError, TypeError) as exc:
         errors.append(_value_error("WEFT_DEFAULT_RETRY_POLICY", exc, "django_weft.E011"))
     try:

@@ -49,7 +49,7 @@ def start(
     args: list[Any] | tuple[Any, ...] | None = None,
     kwargs: dict[str, Any] | None = None,
     *,
-    id: str | None = None,  # noqa: A002 - the public name
+    id: str | None = None,
     on_conflict: str = "use_existing",
     execution_timeout: Duration | None = None,
     start_delay: Duration | None = None,

@@ -40,61 +40,61 @@ class WeftSettings:
         return getattr(django_settings, name, DEFAULTS[name])
 
     @property
-    def AUTODISCOVER_MODULE(self) -> str | None:  # noqa: N802 - mirrors the setting name
-        return self._get("WEFT_AUTODISCOVER_MODULE")  # type: ignore[no-any-return]
+    def AUTODISCOVER_MODULE(self) -> str | None:
+        return self._get("WEFT_AUTODISCOVER_MODULE")
 
     @property
-    def LEASE_TTL(self) -> float:  # noqa: N802
+    def LEASE_TTL(self) -> float:
         return parse_duration(self._get("WEFT_LEASE_TTL"), what="WEFT_LEASE_TTL")
 
     @property
-    def LEASE_RENEW_INTERVAL(self) -> float:  # noqa: N802
+    def LEASE_RENEW_INTERVAL(self) -> float:
         return parse_duration(self._get("WEFT_LEASE_RENEW_INTERVAL"), what="WEFT_LEASE_RENEW_INTERVAL")
 
     @property
-    def TAKEOVER_GRACE(self) -> float:  # noqa: N802
+    def TAKEOVER_GRACE(self) -> float:
         value = self._get("WEFT_TAKEOVER_GRACE")
         if value is None:
             return 2 * self.LEASE_RENEW_INTERVAL
         return parse_duration(value, what="WEFT_TAKEOVER_GRACE")
 
     @property
-    def TICK_INTERVAL(self) -> float:  # noqa: N802
+    def TICK_INTERVAL(self) -> float:
         return parse_duration(self._get("WEFT_TICK_INTERVAL"), what="WEFT_TICK_INTERVAL")
 
     @property
-    def TICK_BATCH(self) -> int:  # noqa: N802
+    def TICK_BATCH(self) -> int:
         return int(self._get("WEFT_TICK_BATCH"))
 
     @property
-    def REDISPATCH_AFTER(self) -> float:  # noqa: N802
+    def REDISPATCH_AFTER(self) -> float:
         return parse_duration(self._get("WEFT_REDISPATCH_AFTER"), what="WEFT_REDISPATCH_AFTER")
 
     @property
-    def DISPATCHER(self) -> str:  # noqa: N802
-        return self._get("WEFT_DISPATCHER")  # type: ignore[no-any-return]
+    def DISPATCHER(self) -> str:
+        return self._get("WEFT_DISPATCHER")
 
     @property
-    def MAX_PAYLOAD_BYTES(self) -> int:  # noqa: N802
+    def MAX_PAYLOAD_BYTES(self) -> int:
         return int(self._get("WEFT_MAX_PAYLOAD_BYTES"))
 
     @property
-    def DATABASE_ALIAS(self) -> str:  # noqa: N802
-        return self._get("WEFT_DATABASE_ALIAS")  # type: ignore[no-any-return]
+    def DATABASE_ALIAS(self) -> str:
+        return self._get("WEFT_DATABASE_ALIAS")
 
     @property
-    def RETENTION(self) -> timedelta | None:  # noqa: N802
+    def RETENTION(self) -> timedelta | None:
         value = self._get("WEFT_RETENTION")
         if value is None:
             return None
         return timedelta(seconds=parse_duration(value, what="WEFT_RETENTION"))
 
     @property
-    def DEFAULT_RETRY_POLICY(self) -> RetryPolicy:  # noqa: N802
+    def DEFAULT_RETRY_POLICY(self) -> RetryPolicy:
         return RetryPolicy.coerce(self._get("WEFT_DEFAULT_RETRY_POLICY"))
 
     @property
-    def RETRY_INLINE_MAX_DELAY(self) -> float:  # noqa: N802
+    def RETRY_INLINE_MAX_DELAY(self) -> float:
         return parse_duration(self._get("WEFT_RETRY_INLINE_MAX_DELAY"), what="WEFT_RETRY_INLINE_MAX_DELAY")
 
     def engine_config(self) -> EngineConfig:

@@ -109,13 +109,13 @@ def _instantiate(path: str) -> Dispatcher:
         factory = import_string(path)
     except ImportError as exc:
         raise ConfigurationError(f"WEFT_DISPATCHER {path!r} cannot be imported: {exc}") from None
-    return factory()  # type: ignore[no-any-return]
+    return factory()
 
 
 def get_dispatcher() -> Dispatcher:
     """The process override if any, else an instance of ``WEFT_DISPATCHER``."""
     if _process_override:
-        return _process_override[0]  # type: ignore[no-any-return]
+        return _process_override[0]
     return _instantiate(weft_settings.DISPATCHER)
 
 

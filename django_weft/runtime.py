@@ -89,9 +89,7 @@ def _validate_workflow_id(workflow_id: Any) -> str:
     if not workflow_id.strip():
         raise InvalidInput("id must not be empty or blank; omit it to get a generated id")
     if len(workflow_id) > WORKFLOW_ID_MAX_LENGTH:
-        raise InvalidInput(
-            f"id is {len(workflow_id)} characters long; the limit is {WORKFLOW_ID_MAX_LENGTH}"
-        )
+        raise InvalidInput(f"id is {len(workflow_id)} characters long; the limit is {WORKFLOW_ID_MAX_LENGTH}")
     if any(ord(ch) < 32 for ch in workflow_id):
         raise InvalidInput("id must not contain control characters")
     return workflow_id
@@ -102,7 +100,7 @@ def start(
     args: list[Any] | tuple[Any, ...] | None = None,
     kwargs: dict[str, Any] | None = None,
     *,
-    id: str | None = None,  # noqa: A002 - the public name
+    id: str | None = None,
     on_conflict: str = "use_existing",
     execution_timeout: Duration | None = None,
     start_delay: Duration | None = None,
@@ -133,8 +131,12 @@ def start(
         raise InvalidInput("search_attributes must be a dict")
     attributes = codec.loads(codec.dumps(search_attributes, what="search_attributes", limit=limit))
     if on_conflict not in ON_CONFLICT_CHOICES:
-        raise InvalidInput(f"on_conflict must be one of {', '.join(ON_CONFLICT_CHOICES)}; got {on_conflict!r}")
-    timeout = parse_duration(execution_timeout, what="execution_timeout") if execution_timeout is not None else None
+        raise InvalidInput(
+            f"on_conflict must be one of {', '.join(ON_CONFLICT_CHOICES)}; got {on_conflict!r}"
+        )
+    timeout = (
+        parse_duration(execution_timeout, what="execution_timeout") if execution_timeout is not None else None
+    )
     delay = parse_duration(start_delay, what="start_delay") if start_delay is not None else None
     workflow_id = _validate_workflow_id(id) if id is not None else None
 
@@ -326,7 +328,7 @@ def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> 
         if status == RunStatus.COMPLETED:
             return row["result"]
         if status == RunStatus.CONTINUED:
-            current = row["result"]["continued_as"]
+            current = (row["result"] or {})["continued_as"]
             continue
         if status in TERMINAL_STATUSES:
             raise _outcome_error(current, row["workflow_id"], status, row["error"] or {})
@@ -354,9 +356,11 @@ def _outcome_error(run_id: str, workflow_id: str, status: str, error: dict[str, 
         )
     if status == RunStatus.CANCELLED:
         return WorkflowCancelled(
-            f"run {run_id} ({workflow_id}) was cancelled", run_id=run_id, workflow_id=workflow_id,
+            f"run {run_id} ({workflow_id}) was cancelled",
+            run_id=run_id,
+            workflow_id=workflow_id,
             reason=error.get("reason"),
-        )  # fmt: skip
+        )
     return WorkflowTimedOut(
         f"run {run_id} ({workflow_id}) passed its execution timeout", run_id=run_id, workflow_id=workflow_id
     )
@@ -375,7 +379,7 @@ class StatusReport:
 def status_report() -> StatusReport:
     store = get_store()
     runs = WorkflowRun.objects.using(store.alias)
-    counts = {status: 0 for status in RunStatus}
+    counts: dict[str, int] = {str(status): 0 for status in RunStatus}
     for row in runs.order_by().values("status").annotate(n=Count("pk")):
         counts[row["status"]] = row["n"]
     now = store.db_now()

@@ -52,7 +52,7 @@ def _aware(value: Any) -> datetime:
         value = parsed
     if timezone.is_naive(value):
         value = value.replace(tzinfo=UTC)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _json(value: Any) -> Any:
@@ -90,7 +90,7 @@ class DjangoStore:
 
     def _run_key(self, run_id: str | uuid.UUID) -> Any:
         value = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
-        return WorkflowRun._meta.pk.get_db_prep_value(value, self.connection)  # type: ignore[union-attr]
+        return WorkflowRun._meta.pk.get_db_prep_value(value, self.connection)
 
     def _dt(self, value: datetime | None) -> Any:
         return self.connection.ops.adapt_datetimefield_value(value)
@@ -189,8 +189,16 @@ class DjangoStore:
                 waiting_on=None,
                 updated_at=now,
             )
-            return (run.workflow_id, run.workflow_name, run.args, run.kwargs,
-                    run.owner_epoch, run.attempt, run.created_at, now)  # fmt: skip
+            return (
+                run.workflow_id,
+                run.workflow_name,
+                run.args,
+                run.kwargs,
+                run.owner_epoch,
+                run.attempt,
+                run.created_at,
+                now,
+            )
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         """The recorded steps of a run, in one query."""
@@ -294,8 +302,13 @@ class DjangoStore:
         for timer in timers:
             cursor.execute(
                 sql,
-                {"id": self._run_key(run_id), "seq": timer.seq, "kind": timer.kind,
-                 "fire_at": self._dt(timer.fire_at), "now": self._dt(now)},  # fmt: skip
+                {
+                    "id": self._run_key(run_id),
+                    "seq": timer.seq,
+                    "kind": timer.kind,
+                    "fire_at": self._dt(timer.fire_at),
+                    "now": self._dt(now),
+                },
             )
 
     def _owned(self, run_id: str, owner: str, epoch: int) -> Any:
@@ -343,26 +356,38 @@ class DjangoStore:
             )
             if not finished:
                 raise _deposed(run_id, owner, epoch, what)
-            Timer.objects.using(self.alias).filter(run_id=run_id).unfired().delete()
+            Timer.objects.using(self.alias).filter(run_id=uuid.UUID(str(run_id))).unfired().delete()
 
     def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None:
-        self._finish(run_id, owner, epoch, "completion",
-                     status=RunStatus.COMPLETED, result=codec.loads(result_json))  # fmt: skip
+        self._finish(
+            run_id, owner, epoch, "completion", status=RunStatus.COMPLETED, result=codec.loads(result_json)
+        )
 
     def fail(self, run_id: str, owner: str, epoch: int, error_json: str, category: str) -> None:
-        self._finish(run_id, owner, epoch, "failure",
-                     status=RunStatus.FAILED, error=codec.loads(error_json), failure_category=category)  # fmt: skip
+        self._finish(
+            run_id,
+            owner,
+            epoch,
+            "failure",
+            status=RunStatus.FAILED,
+            error=codec.loads(error_json),
+            failure_category=category,
+        )
 
-    def continue_as_new(
-        self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str
-    ) -> str:
+    def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         with transaction.atomic(using=self.alias):
             run = self._owned(run_id, owner, epoch).select_for_update().first()
             if run is None:
                 raise _deposed(run_id, owner, epoch, "continue_as_new")
             successor_id = uuid.uuid4()
-            self._finish(run_id, owner, epoch, "continue_as_new",
-                         status=RunStatus.CONTINUED, result={"continued_as": str(successor_id)})  # fmt: skip
+            self._finish(
+                run_id,
+                owner,
+                epoch,
+                "continue_as_new",
+                status=RunStatus.CONTINUED,
+                result={"continued_as": str(successor_id)},
+            )
             now = self.db_now()
             self._runs().create(
                 id=successor_id,
@@ -405,7 +430,8 @@ class DjangoStore:
         with self.connection.cursor() as cursor:
             for run_id, epoch in held.items():
                 cursor.execute(
-                    sql, {"ttl": ttl, "until": until, "id": self._run_key(run_id), "owner": owner, "epoch": epoch}
+                    sql,
+                    {"ttl": ttl, "until": until, "id": self._run_key(run_id), "owner": owner, "epoch": epoch},
                 )
                 if cursor.rowcount == 0:
                     lost.add(run_id)

@@ -49,8 +49,14 @@ if TEST_DB == "sqlite":
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             # A child worker process is pointed at the test database by WEFT_TEST_SQLITE_NAME.
-            "NAME": os.environ.get("WEFT_TEST_SQLITE_NAME", str(_sqlite_dir / f"weft-tests-{os.getpid()}.sqlite3")),
-            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            "NAME": os.environ.get(
+                "WEFT_TEST_SQLITE_NAME", str(_sqlite_dir / f"weft-tests-{os.getpid()}.sqlite3")
+            ),
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL;",
+            },
             "TEST": {"NAME": str(_sqlite_dir / f"weft-tests-{os.getpid()}-test.sqlite3")},
         }
     }
@@ -79,5 +85,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_weft": {"handlers": ["console"], "level": os.environ.get("WEFT_LOG_LEVEL", "WARNING")}},
+    "loggers": {
+        "django_weft": {"handlers": ["console"], "level": os.environ.get("WEFT_LOG_LEVEL", "WARNING")}
+    },
 }

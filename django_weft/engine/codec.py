@@ -14,7 +14,7 @@ from typing import Any
 from .errors import PayloadError
 
 try:  # pragma: no cover - exercised only where orjson is installed
-    import orjson
+    import orjson  # type: ignore[import-not-found,unused-ignore]
 
     def _dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
@@ -23,7 +23,10 @@ try:  # pragma: no cover - exercised only where orjson is installed
     _ENCODE_ERRORS: tuple[type[BaseException], ...] = (TypeError, orjson.JSONEncodeError)
 except ImportError:
     _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    _dumps = _encoder.encode
+
+    def _dumps(value: Any) -> str:
+        return _encoder.encode(value)
+
     _loads = json.loads
     _ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
 

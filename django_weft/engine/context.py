@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class _Unwind(BaseException):  # noqa: N818 - control flow, not an error
+class _Unwind(BaseException):
     """Unwinds the workflow function. Derives from BaseException so ``except Exception``
     in workflow code cannot swallow it."""
 
@@ -47,16 +47,14 @@ class _Unwind(BaseException):  # noqa: N818 - control flow, not an error
 class Park(_Unwind):
     """The run cannot continue now: record what it waits for and release it."""
 
-    def __init__(
-        self, waiting_on: dict[str, Any], steps: list[StepWrite], timers: list[TimerWrite]
-    ) -> None:
+    def __init__(self, waiting_on: dict[str, Any], steps: list[StepWrite], timers: list[TimerWrite]) -> None:
         super().__init__(waiting_on.get("kind", "wait"))
         self.waiting_on = waiting_on
         self.steps = steps
         self.timers = timers
 
 
-class ContinueAsNew(_Unwind):  # noqa: N818
+class ContinueAsNew(_Unwind):
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         super().__init__("continue_as_new")
         self.args_json = codec.dumps(list(args), what="continue_as_new arguments")
@@ -127,7 +125,7 @@ class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
         super().__init__(logger, {})
         self._ctx = ctx
 
-    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging's name
+    def isEnabledFor(self, level: int) -> bool:
         return not self._ctx.is_replaying and self.logger.isEnabledFor(level)
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
@@ -261,20 +259,20 @@ class WorkflowContext:
         attempt = 1
         if recorded is not None:
             if recorded.status == StepStatus.COMPLETED:
-                return recorded.result  # type: ignore[no-any-return]
+                return recorded.result
             if recorded.status == StepStatus.FAILED:
                 raise self._activity_failed(act.name, seq, recorded.error or {}, recorded.attempt)
             # RETRYING: the previous attempt failed and the next one waits for its timer.
             retry_at = _from_iso(recorded.result["retry_at"])
             if retry_at > self._db_now():
-                return self._park(  # type: ignore[no-any-return]
+                return self._park(
                     {"kind": "retry", "seq": seq, "activity": act.name, "fire_at": _iso(retry_at)},
                     [],
                     [TimerWrite(seq, TimerKind.RETRY, retry_at)],
                 )
             attempt = recorded.attempt + 1
         args_json = codec.dumps({"args": list(args), "kwargs": kwargs}, what=f"arguments of {act.name}")
-        return self._execute(act, seq, attempt, args, kwargs, args_json)  # type: ignore[no-any-return]
+        return self._execute(act, seq, attempt, args, kwargs, args_json)
 
     def _execute(
         self,
@@ -297,15 +295,22 @@ class WorkflowContext:
                 if act.atomic:
                     holder: list[Any] = []
 
-                    def body(attempt: int = attempt, started_at: datetime = started_at) -> StepWrite:
+                    def body(
+                        attempt: int = attempt, started_at: datetime = started_at, holder: list[Any] = holder
+                    ) -> StepWrite:
                         value, result_json = self._encode_result(act, act.fn(*args, **kwargs))
                         holder.append(value)
                         faults.hit("atomic_before_commit", run_id=run_id, seq=seq, engine=engine)
                         return self._step(
-                            seq, StepKind.ACTIVITY, act.name, StepStatus.COMPLETED,
-                            args_json=args_json, result_json=result_json,
-                            attempt=attempt, started_at=started_at,
-                        )  # fmt: skip
+                            seq,
+                            StepKind.ACTIVITY,
+                            act.name,
+                            StepStatus.COMPLETED,
+                            args_json=args_json,
+                            result_json=result_json,
+                            attempt=attempt,
+                            started_at=started_at,
+                        )
 
                     engine.store.commit_step_atomic(run_id, engine.engine_id, self._claimed.epoch, body)
                     return holder[0]
@@ -318,9 +323,15 @@ class WorkflowContext:
                 if not retryable or attempt >= policy.max_attempts:
                     self._commit(
                         self._step(
-                            seq, StepKind.ACTIVITY, act.name, StepStatus.FAILED,
-                            args_json=args_json, error=error, attempt=attempt, started_at=started_at,
-                        )  # fmt: skip
+                            seq,
+                            StepKind.ACTIVITY,
+                            act.name,
+                            StepStatus.FAILED,
+                            args_json=args_json,
+                            error=error,
+                            attempt=attempt,
+                            started_at=started_at,
+                        )
                     )
                     raise self._activity_failed(act.name, seq, error, attempt) from None
                 delay = policy.delay_after(attempt)
@@ -334,10 +345,17 @@ class WorkflowContext:
                     {"kind": "retry", "seq": seq, "activity": act.name, "fire_at": _iso(retry_at)},
                     [
                         self._step(
-                            seq, StepKind.ACTIVITY, act.name, StepStatus.RETRYING,
-                            args_json=args_json, result_json=codec.dumps({"retry_at": _iso(retry_at)}),
-                            error=error, attempt=attempt, started_at=started_at, finished=False,
-                        )  # fmt: skip
+                            seq,
+                            StepKind.ACTIVITY,
+                            act.name,
+                            StepStatus.RETRYING,
+                            args_json=args_json,
+                            result_json=codec.dumps({"retry_at": _iso(retry_at)}),
+                            error=error,
+                            attempt=attempt,
+                            started_at=started_at,
+                            finished=False,
+                        )
                     ],
                     [TimerWrite(seq, TimerKind.RETRY, retry_at)],
                 )
@@ -347,9 +365,15 @@ class WorkflowContext:
             self._enter()
             self._commit(
                 self._step(
-                    seq, StepKind.ACTIVITY, act.name, StepStatus.COMPLETED,
-                    args_json=args_json, result_json=result_json, attempt=attempt, started_at=started_at,
-                )  # fmt: skip
+                    seq,
+                    StepKind.ACTIVITY,
+                    act.name,
+                    StepStatus.COMPLETED,
+                    args_json=args_json,
+                    result_json=result_json,
+                    attempt=attempt,
+                    started_at=started_at,
+                )
             )
             return value
 
@@ -357,9 +381,7 @@ class WorkflowContext:
     def _encode_result(act: Activity[..., Any], value: Any) -> tuple[Any, str]:
         return codec.roundtrip(value, what=f"the result of activity {act.name}")
 
-    def _activity_failed(
-        self, name: str, seq: int, error: dict[str, Any], attempt: int
-    ) -> ActivityFailed:
+    def _activity_failed(self, name: str, seq: int, error: dict[str, Any], attempt: int) -> ActivityFailed:
         return ActivityFailed(
             f"activity {name} failed after {attempt} attempt(s): "
             f"{error.get('type', 'Exception')}: {error.get('message', '')}",
@@ -403,15 +425,22 @@ class WorkflowContext:
         result_json = codec.dumps({"fire_at": _iso(fire_at)})
         if fire_at <= now:
             self._commit(
-                self._step(seq, StepKind.SLEEP, "sleep", StepStatus.COMPLETED,
-                           result_json=result_json, started_at=started_at)  # fmt: skip
+                self._step(
+                    seq,
+                    StepKind.SLEEP,
+                    "sleep",
+                    StepStatus.COMPLETED,
+                    result_json=result_json,
+                    started_at=started_at,
+                )
             )
             return
         steps = []
         if recorded is None:
             steps.append(
-                self._step(seq, StepKind.SLEEP, "sleep", StepStatus.WAITING,
-                           result_json=result_json, finished=False)  # fmt: skip
+                self._step(
+                    seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, result_json=result_json, finished=False
+                )
             )
         self._park(
             {"kind": "sleep", "seq": seq, "fire_at": _iso(fire_at)},
@@ -426,11 +455,12 @@ class WorkflowContext:
         label = name or f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}"
         seq, recorded = self._next(StepKind.SIDE_EFFECT, label)
         if recorded is not None:
-            return recorded.result  # type: ignore[no-any-return]
+            return recorded.result
         value, result_json = codec.roundtrip(fn(), what=f"the result of side effect {label}")
-        self._commit(self._step(seq, StepKind.SIDE_EFFECT, label, StepStatus.COMPLETED,
-                                result_json=result_json))  # fmt: skip
-        return value  # type: ignore[no-any-return]
+        self._commit(
+            self._step(seq, StepKind.SIDE_EFFECT, label, StepStatus.COMPLETED, result_json=result_json)
+        )
+        return value
 
     def now(self) -> datetime:
         """The current time (UTC, by the database clock), recorded once."""

@@ -67,7 +67,5 @@ def _parse_string(text: str, what: str) -> float:
         total += float(match.group(1)) * _UNITS[unit]
         position = match.end()
     if position != len(stripped) or position == 0:
-        raise InvalidDuration(
-            f"{what} {text!r} is not a duration; write e.g. '30s', '5m', '1h30m' or '2d'"
-        )
+        raise InvalidDuration(f"{what} {text!r} is not a duration; write e.g. '30s', '5m', '1h30m' or '2d'")
     return total

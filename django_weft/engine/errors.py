@@ -75,6 +75,11 @@ class InvalidTransition(WeftError):
 class NonDeterminismError(WeftError):
     """Workflow code asked for a different operation than the one recorded at this position."""
 
+    run_id: str
+    position: int
+    recorded: dict[str, str]
+    requested: dict[str, str]
+
 
 class SignalTimeout(WeftError, TimeoutError):
     """``ctx.wait_signal`` reached its timeout before a signal arrived."""
@@ -92,9 +97,23 @@ class ActivityFailed(WeftError):
     describe the activity's own last exception.
     """
 
+    activity: str
+    seq: int
+    attempt: int
+    cause_type: str | None
+    cause_message: str | None
+    cause_traceback: str | None
+
 
 class WorkflowFailed(WeftError):
     """``result()`` of a failed run: carries the original error's type, message and traceback."""
+
+    run_id: str
+    workflow_id: str
+    error_type: str | None
+    error_message: str | None
+    error_traceback: str | None
+    details: dict[str, object]
 
 
 class WorkflowCancelled(WeftError):

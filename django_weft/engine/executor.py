@@ -9,7 +9,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, faults
@@ -27,7 +27,7 @@ logger = logging.getLogger("django_weft.engine")
 class EngineConfig:
     lease_ttl: float = 30.0
     takeover_grace: float = 10.0
-    default_retry: RetryPolicy = RetryPolicy()
+    default_retry: RetryPolicy = field(default_factory=RetryPolicy)
     inline_retry_max_delay: float = 2.0
 
 
@@ -194,9 +194,8 @@ class Engine:
             self.dispatcher.dispatch_turn(run_id, eta=timer.fire_at)
         return TurnOutcome.PARKED
 
-    def _fail(
-        self, ctx: WorkflowContext, exc: BaseException, category: str, label: str
-    ) -> TurnOutcome:
+    def _fail(self, ctx: WorkflowContext, exc: BaseException, category: str, label: str) -> TurnOutcome:
+        error: dict[str, Any]
         if isinstance(exc, ActivityFailed):
             error = {
                 "type": exc.cause_type,

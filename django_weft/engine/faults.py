@@ -37,7 +37,7 @@ POINTS = frozenset(
 FaultAction = Callable[[dict[str, Any]], None]
 
 
-class InjectedFault(Exception):  # noqa: N818 - it is a fault, by name
+class InjectedFault(Exception):
     """Raised by a point armed with the ``raise`` action."""
 
 

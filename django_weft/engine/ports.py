@@ -40,13 +40,9 @@ class TurnStore(Protocol):
 
     def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None: ...
 
-    def fail(
-        self, run_id: str, owner: str, epoch: int, error_json: str, category: str
-    ) -> None: ...
+    def fail(self, run_id: str, owner: str, epoch: int, error_json: str, category: str) -> None: ...
 
-    def continue_as_new(
-        self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str
-    ) -> str:
+    def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         """Finish the run as ``continued`` and create its successor; return the new run id."""
 
     def release(self, run_id: str, owner: str, epoch: int) -> bool:

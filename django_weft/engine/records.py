@@ -23,9 +23,7 @@ class RunStatus(enum.StrEnum):
 TERMINAL_STATUSES = frozenset(
     {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT, RunStatus.CONTINUED}
 )
-ACTIVE_STATUSES = frozenset(
-    {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.SUSPENDED}
-)
+ACTIVE_STATUSES = frozenset({RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.SUSPENDED})
 
 
 class StepKind(enum.StrEnum):

@@ -199,9 +199,7 @@ def as_activity(target: Activity[..., Any] | Callable[..., Any]) -> Activity[...
     if isinstance(target, Activity):
         return target
     if isinstance(target, Workflow):
-        raise ConfigurationError(
-            f"{target.name} is a workflow; run it as a child workflow, not with ctx.run"
-        )
+        raise ConfigurationError(f"{target.name} is a workflow; run it as a child workflow, not with ctx.run")
     if not callable(target):
         raise ConfigurationError(f"ctx.run takes an activity or a callable; got {target!r}")
     return Activity(fn=target, name=_qualified_name(target))

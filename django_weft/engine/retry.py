@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .durations import Duration, parse_duration
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidDuration
 
 
 @dataclass(frozen=True)
@@ -32,18 +32,19 @@ class RetryPolicy:
             )
         if self.backoff < 1:
             raise ConfigurationError(f"RetryPolicy.backoff must be >= 1; got {self.backoff!r}")
-        object.__setattr__(
-            self, "initial_interval", parse_duration(self.initial_interval, what="initial_interval")
-        )
-        object.__setattr__(
-            self, "max_interval", parse_duration(self.max_interval, what="max_interval")
-        )
+        for name in ("initial_interval", "max_interval"):
+            try:
+                seconds = parse_duration(getattr(self, name), what=f"RetryPolicy.{name}")
+            except InvalidDuration as exc:
+                raise ConfigurationError(str(exc)) from None
+            object.__setattr__(self, name, seconds)
         object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
 
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        delay = float(self.initial_interval) * (self.backoff ** (attempt - 1))
-        return min(delay, float(self.max_interval))
+        # __post_init__ normalised both intervals to seconds.
+        delay = cast(float, self.initial_interval) * (self.backoff ** (attempt - 1))
+        return min(delay, cast(float, self.max_interval))
 
     def is_retryable(self, error: BaseException) -> bool:
         return not isinstance(error, self.non_retryable)

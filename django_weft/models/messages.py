@@ -14,7 +14,7 @@ class Signal(models.Model):
     run = models.ForeignKey("django_weft.WorkflowRun", on_delete=models.CASCADE, related_name="signals")
     name = models.CharField(max_length=200)
     payload = models.JSONField(null=True, blank=True)
-    signal_id = models.CharField(max_length=200, null=True, blank=True)
+    signal_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - unique when given
     received_at = models.DateTimeField(auto_now_add=True)
     consumed_seq = models.IntegerField(null=True, blank=True)
 
@@ -71,9 +71,7 @@ class Update(models.Model):
             models.UniqueConstraint(fields=["run", "update_id"], name="weft_update_unique_update_id"),
         ]
         indexes: ClassVar = [
-            models.Index(
-                fields=["run", "id"], condition=Q(status="accepted"), name="weft_update_pending"
-            ),
+            models.Index(fields=["run", "id"], condition=Q(status="accepted"), name="weft_update_pending"),
         ]
 
     def __str__(self) -> str:

@@ -28,15 +28,12 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
 
     def expired_leases(self, now: Any, grace: float) -> WorkflowRunQuerySet:
         """Owned runs whose lease expired more than ``grace`` seconds before ``now``."""
-        return self.filter(
-            owner_id__isnull=False, lease_expires_at__lt=now - timedelta(seconds=grace)
-        )
+        return self.filter(owner_id__isnull=False, lease_expires_at__lt=now - timedelta(seconds=grace))
 
     def needing_dispatch(self, now: datetime, redispatch_after: float) -> WorkflowRunQuerySet:
         """Runnable runs nobody has rung the doorbell for recently."""
         return self.runnable().filter(
-            Q(dispatched_at__isnull=True)
-            | Q(dispatched_at__lt=now - timedelta(seconds=redispatch_after))
+            Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - timedelta(seconds=redispatch_after))
         )
 
     def for_workflow_id(self, workflow_id: str) -> WorkflowRunQuerySet:

@@ -26,7 +26,7 @@ def in_thread(target: Any, name: str) -> tuple[threading.Thread, dict[str, Any]]
     def run() -> None:
         try:
             box["value"] = target()
-        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+        except BaseException as exc:
             box["error"] = exc
         finally:
             connection.close()
@@ -71,13 +71,17 @@ def test_stalled_owner_is_taken_over_and_its_late_write_is_rejected() -> None:
     assert outcome == TurnOutcome.COMPLETED
     run.refresh_from_db()
     assert run.owner_epoch == 2 and run.status == "completed"
-    steps_after_b = list(Step.objects.filter(run_id=handle.run_id).order_by("seq").values_list("seq", "result", "updated_at"))
+    steps_after_b = list(
+        Step.objects.filter(run_id=handle.run_id).order_by("seq").values_list("seq", "result", "updated_at")
+    )
 
     b_done.set()
     thread.join(10)
     assert box.get("value") == TurnOutcome.DEPOSED, box
     # A's late write left nothing: the history is exactly B's.
-    steps = list(Step.objects.filter(run_id=handle.run_id).order_by("seq").values_list("seq", "result", "updated_at"))
+    steps = list(
+        Step.objects.filter(run_id=handle.run_id).order_by("seq").values_list("seq", "result", "updated_at")
+    )
     assert steps == steps_after_b
     assert [result for _, result, _ in steps] == ["thread-A", "thread-B", "thread-B"]
     assert handle.result() == ["thread-A", "thread-B", "thread-B"]

@@ -96,7 +96,11 @@ def test_continue_as_new_chains_runs_and_result_follows() -> None:
         for run_id in WorkflowRun.objects.filter(status="running").values_list("pk", flat=True):
             engine.run_turn(str(run_id))
     assert handle.result(timeout=1) == "liftoff"
-    statuses = list(WorkflowRun.objects.filter(workflow_id="countdown").order_by("created_at").values_list("status", flat=True))
+    statuses = list(
+        WorkflowRun.objects.filter(workflow_id="countdown")
+        .order_by("created_at")
+        .values_list("status", flat=True)
+    )
     assert statuses == ["continued", "continued", "continued", "completed"]
     assert client.get_handle("countdown").result() == "liftoff"
 
@@ -249,7 +253,7 @@ def test_twenty_concurrent_starts_with_one_id_create_one_run() -> None:
         try:
             barrier.wait()
             handles.append(client.start("tests.echo", args=[1], id="x").run_id)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()
@@ -283,15 +287,31 @@ def test_on_conflict_policies() -> None:
 @pytest.mark.parametrize(
     ("call", "error", "fragment"),
     [
-        (lambda: client.start("tests.nope"), WorkflowNotRegistered, "no workflow is registered under the name 'tests.nope'"),
+        (
+            lambda: client.start("tests.nope"),
+            WorkflowNotRegistered,
+            "no workflow is registered under the name 'tests.nope'",
+        ),
         (lambda: client.start("tests.echo", args=[object()]), PayloadError, "args must be JSON-serialisable"),
-        (lambda: client.start("tests.echo", kwargs={"when": {1, 2}}), PayloadError, "kwargs must be JSON-serialisable"),
+        (
+            lambda: client.start("tests.echo", kwargs={"when": {1, 2}}),
+            PayloadError,
+            "kwargs must be JSON-serialisable",
+        ),
         (lambda: client.start("tests.echo", id="x" * 256), InvalidInput, "limit is 255"),
         (lambda: client.start("tests.echo", id=""), InvalidInput, "must not be empty"),
-        (lambda: client.start("tests.echo", execution_timeout="5 parsecs"), InvalidDuration, "unknown unit 'parsecs'"),
+        (
+            lambda: client.start("tests.echo", execution_timeout="5 parsecs"),
+            InvalidDuration,
+            "unknown unit 'parsecs'",
+        ),
         (lambda: client.start("tests.echo", start_delay="soon"), InvalidDuration, "'soon' is not a duration"),
         (lambda: client.start("tests.echo", start_delay=-1), InvalidDuration, "must not be negative"),
-        (lambda: client.start("tests.echo", on_conflict="replace"), InvalidInput, "on_conflict must be one of"),
+        (
+            lambda: client.start("tests.echo", on_conflict="replace"),
+            InvalidInput,
+            "on_conflict must be one of",
+        ),
         (lambda: client.start("tests.echo", args="abc"), InvalidInput, "args must be a list"),
     ],
 )

@@ -71,7 +71,9 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     workers: list[WorkerProcess] = []
     settings_dict = connection.settings_dict
 
-    def start(faults: str | None = None, threads: int = 2, tick: float | None = None, args: tuple[str, ...] = ()) -> WorkerProcess:
+    def start(
+        faults: str | None = None, threads: int = 2, tick: float | None = None, args: tuple[str, ...] = ()
+    ) -> WorkerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
         env.update(
             DJANGO_SETTINGS_MODULE="tests.settings",

@@ -20,7 +20,10 @@ class Command(BaseCommand):
         self.stdout.write("runs by status:")
         for status, count in report.counts.items():
             self.stdout.write(f"  {status:<{width}}  {count}")
-        for label, run in (("oldest waiting", report.oldest_waiting), ("oldest runnable", report.oldest_runnable)):
+        for label, run in (
+            ("oldest waiting", report.oldest_waiting),
+            ("oldest runnable", report.oldest_runnable),
+        ):
             if run is None:
                 self.stdout.write(f"{label}: none")
             else:

@@ -28,11 +28,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--threads", type=int, default=4, help="turn threads (default 4)")
         parser.add_argument(
-            "--shutdown-timeout", type=float, default=10.0,
+            "--shutdown-timeout",
+            type=float,
+            default=10.0,
             help="seconds to let running turns finish at shutdown before releasing them (default 10)",
-        )  # fmt: skip
+        )
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweep in this process")
-        parser.add_argument("--log-level", default="INFO", help="level of the django_weft loggers (default INFO)")
+        parser.add_argument(
+            "--log-level", default="INFO", help="level of the django_weft loggers (default INFO)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         threads = options["threads"]
@@ -51,9 +55,12 @@ class Command(BaseCommand):
         worker.start()
         logger.info(
             "weft worker %s started: %d threads, tick every %gs, lease %gs renewed every %gs",
-            worker.engine.engine_id, threads, weft_settings.TICK_INTERVAL,
-            weft_settings.LEASE_TTL, weft_settings.LEASE_RENEW_INTERVAL,
-        )  # fmt: skip
+            worker.engine.engine_id,
+            threads,
+            weft_settings.TICK_INTERVAL,
+            weft_settings.LEASE_TTL,
+            weft_settings.LEASE_RENEW_INTERVAL,
+        )
         while not stop.wait(0.5):
             pass
         released = worker.stop(options["shutdown_timeout"])

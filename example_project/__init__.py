@@ -1,0 +1,1 @@
+"""The example project: a Django site that fulfils orders with a durable workflow."""

@@ -1,0 +1,1 @@
+"""The demo app: orders fulfilled by the ``orders.fulfil`` workflow."""

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.checks import run_checks
+from django.core.management import call_command
+from django.test import override_settings
+
+
+@pytest.mark.django_db
+def test_models_match_migrations() -> None:
+    out = StringIO()
+    call_command("makemigrations", "django_weft", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()
+
+
+def ids(**settings: object) -> set[str]:
+    with override_settings(**settings):
+        return {message.id for message in run_checks() if message.id and message.id.startswith("django_weft")}
+
+
+def test_default_test_settings_pass_the_checks() -> None:
+    assert ids() == set()
+
+
+@pytest.mark.parametrize(
+    ("settings", "check_id"),
+    [
+        ({"WEFT_LEASE_TTL": 10, "WEFT_LEASE_RENEW_INTERVAL": 5}, "django_weft.E007"),
+        ({"WEFT_LEASE_TTL": "forever"}, "django_weft.E001"),
+        ({"WEFT_TICK_INTERVAL": 0}, "django_weft.E003"),
+        ({"WEFT_TICK_BATCH": 0}, "django_weft.E008"),
+        ({"WEFT_MAX_PAYLOAD_BYTES": "big"}, "django_weft.E009"),
+        ({"WEFT_RETENTION": "a while"}, "django_weft.E010"),
+        ({"WEFT_DEFAULT_RETRY_POLICY": {"max_attempts": 0}}, "django_weft.E011"),
+        ({"WEFT_DISPATCHER": "nowhere.Dispatcher"}, "django_weft.E012"),
+        ({"WEFT_DATABASE_ALIAS": "other"}, "django_weft.E013"),
+    ],
+)
+def test_bad_settings_are_reported(settings: dict[str, object], check_id: str) -> None:
+    assert check_id in ids(**settings)
