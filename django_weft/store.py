@@ -404,11 +404,18 @@ class DjangoStore:
             )
         return str(successor_id)
 
-    def release(self, run_id: str, owner: str, epoch: int) -> bool:
-        """Drop ownership, keep status (the run stays runnable for another worker)."""
+    def release(self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True) -> bool:
+        """Drop ownership, keep status: the run stays runnable for another worker.
+
+        With ``redispatch=False`` the sweep waits ``WEFT_REDISPATCH_AFTER`` before sending it
+        out again (for a run this worker could not execute)."""
         return bool(
             self._owned(run_id, owner, epoch).update(
-                owner_id=None, lease_expires_at=None, dispatched_at=None, ready_at=Now(), updated_at=Now()
+                owner_id=None,
+                lease_expires_at=None,
+                dispatched_at=None if redispatch else Now(),
+                ready_at=Now(),
+                updated_at=Now(),
             )
         )
 

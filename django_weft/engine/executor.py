@@ -128,7 +128,7 @@ class Engine:
                 workflow = self.workflows.get_workflow(claimed.workflow_name)
             except WorkflowNotRegistered:
                 # Likely a deploy in progress: another worker may know this workflow.
-                self.store.release(run_id, self.engine_id, claimed.epoch)
+                self.store.release(run_id, self.engine_id, claimed.epoch, redispatch=False)
                 logger.error("%s: workflow not registered in this worker; released", label)
                 return TurnOutcome.RELEASED
             return self._drive(claimed, workflow, config, label)

@@ -45,8 +45,9 @@ class TurnStore(Protocol):
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         """Finish the run as ``continued`` and create its successor; return the new run id."""
 
-    def release(self, run_id: str, owner: str, epoch: int) -> bool:
-        """Give up ownership without changing the status; ``False`` if no longer owned."""
+    def release(self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True) -> bool:
+        """Give up ownership without changing the status; ``False`` if no longer owned.
+        ``redispatch=False`` asks the sweep to wait before dispatching the run again."""
 
     def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
         """Extend the leases of ``held`` (run id -> epoch); return the run ids no longer held."""

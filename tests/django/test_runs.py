@@ -328,3 +328,18 @@ def test_payload_over_the_limit_is_rejected() -> None:
     with pytest.raises(PayloadError, match="over the limit of 100 bytes"):
         client.start("tests.echo", args=["x" * 200])
     assert WorkflowRun.objects.count() == 0
+
+
+def test_a_worker_that_does_not_know_the_workflow_releases_the_run() -> None:
+    from django_weft.engine.registry import registry
+
+    handle = client.start("tests.echo")
+    definition = registry.workflows.pop("tests.echo")
+    try:
+        assert make_engine().run_turn(handle.run_id) == "released"
+    finally:
+        registry.workflows["tests.echo"] = definition
+    run = WorkflowRun.objects.get(pk=handle.run_id)
+    assert run.status == "running" and run.owner_id is None and run.owner_epoch == 1
+    assert run.dispatched_at is not None  # the sweep waits before sending it out again
+    assert drive(handle.run_id) == "completed"

@@ -20,6 +20,7 @@ def ids(**settings: object) -> set[str]:
         return {message.id for message in run_checks() if message.id and message.id.startswith("django_weft")}
 
 
+@pytest.mark.django_db
 def test_default_test_settings_pass_the_checks() -> None:
     assert ids() == set()
 
@@ -38,5 +39,6 @@ def test_default_test_settings_pass_the_checks() -> None:
         ({"WEFT_DATABASE_ALIAS": "other"}, "django_weft.E013"),
     ],
 )
+@pytest.mark.django_db
 def test_bad_settings_are_reported(settings: dict[str, object], check_id: str) -> None:
     assert check_id in ids(**settings)
