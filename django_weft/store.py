@@ -175,9 +175,19 @@ class DjangoStore:
             if run is None:
                 return None
             now = self.db_now()
-            fired = Timer.objects.using(self.alias).filter(run_id=run.pk).due(now).update(fired_at=now)
-            if not fired:
+            # Lock order is always run row, then timer rows (the sweep and park do the
+            # same), so a claim racing the sweep cannot deadlock; a timer the sweep holds
+            # is skipped, and the sweep then makes the run runnable itself.
+            timers = Timer.objects.using(self.alias)
+            due = list(
+                timers.filter(run_id=run.pk)
+                .due(now)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)
+            )
+            if not due:
                 return None
+            timers.filter(pk__in=due).update(fired_at=now)
             run.owner_epoch += 1
             self._runs().filter(pk=run.pk).update(
                 status=RunStatus.RUNNING,
@@ -450,18 +460,29 @@ class DjangoStore:
         """Fire up to ``batch`` due timers and make their runs runnable; return the run ids
         to dispatch. ``skip_locked`` lets several sweepers share the work: each timer is
         fired by exactly one of them."""
+        timers = Timer.objects.using(self.alias)
         with transaction.atomic(using=self.alias):
             now = self.db_now()
+            # Find candidates without locks, then lock run rows before timer rows: the
+            # same order as park and claim, so the sweep never deadlocks with a turn.
+            candidates = set(timers.due(now).order_by("fire_at").values_list("run_id", flat=True)[:batch])
+            if not candidates:
+                return []
+            locked_runs = list(
+                self._runs()
+                .filter(pk__in=candidates)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)
+            )
             due = list(
-                Timer.objects.using(self.alias)
+                timers.filter(run_id__in=locked_runs)
                 .due(now)
                 .select_for_update(skip_locked=True)
-                .order_by("fire_at")
-                .values_list("pk", "run_id", "kind")[:batch]
+                .values_list("pk", "run_id", "kind")
             )
             if not due:
                 return []
-            Timer.objects.using(self.alias).filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
+            timers.filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
             delayed = {run for _, run, kind in due if kind == Timer.Kind.DELAYED_START}
             waking = {run for _, run, kind in due if kind != Timer.Kind.DELAYED_START}
             woken = list(

@@ -1,0 +1,88 @@
+"""The sweep: exactly-once timer firing under concurrent sweepers, re-dispatch rules."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from django_weft import client
+from django_weft.dispatch import LocalDispatcher
+from django_weft.models import Timer, WorkflowRun
+from django_weft.runtime import tick
+from django_weft.store import DjangoStore
+from django_weft.testing import make_engine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def park_sleepers(count: int, seconds: float) -> list[str]:
+    engine = make_engine()
+    run_ids = [client.start("tests.sleepy", kwargs={"seconds": seconds}).run_id for _ in range(count)]
+    for run_id in run_ids:
+        assert engine.run_turn(run_id) == "parked"
+    return run_ids
+
+
+def test_concurrent_sweepers_fire_each_timer_exactly_once() -> None:
+    run_ids = park_sleepers(40, 0.2)
+    time.sleep(0.3)
+    woken: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def sweep() -> None:
+        store = DjangoStore()
+        try:
+            barrier.wait()
+            while True:
+                batch = store.fire_due_timers(7)
+                if not batch and not Timer.objects.due(store.db_now()).exists():
+                    return
+                with lock:
+                    woken.extend(batch)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(woken) == sorted(run_ids)  # each run woken once, none missed
+    assert Timer.objects.filter(fired_at__isnull=True).count() == 0
+    assert set(WorkflowRun.objects.values_list("status", flat=True)) == {"running"}
+
+
+def test_tick_dispatches_runnable_runs_once_per_redispatch_interval() -> None:
+    handle = client.start("tests.echo")
+    dispatcher = LocalDispatcher()
+    assert tick(dispatcher).run_ids == [handle.run_id]
+    assert tick(dispatcher).run_ids == []  # dispatched recently: not sent again
+    WorkflowRun.objects.filter(pk=handle.run_id).update(dispatched_at="2000-01-01T00:00:00Z")
+    assert tick(dispatcher).run_ids == [handle.run_id]
+    assert dispatcher.get(0.1) == handle.run_id
+    assert dispatcher.get(0.05) is None  # duplicate dispatches are folded
+
+
+def test_tick_redispatches_expired_leases_for_takeover() -> None:
+    handle = client.start("tests.echo")
+    store = DjangoStore()
+    assert store.claim(handle.run_id, "dead-engine", 30, 10) is not None
+    dispatcher = LocalDispatcher()
+    WorkflowRun.objects.filter(pk=handle.run_id).update(dispatched_at="2000-01-01T00:00:00Z")
+    assert tick(dispatcher).run_ids == []  # live lease: leave it alone
+    WorkflowRun.objects.filter(pk=handle.run_id).update(lease_expires_at="2000-01-01T00:00:00Z")
+    assert tick(dispatcher).run_ids == [handle.run_id]
+    assert make_engine().run_turn(handle.run_id) == "completed"
+    assert WorkflowRun.objects.get(pk=handle.run_id).owner_epoch == 2
+
+
+def test_a_turn_dispatched_at_the_timer_fires_it_itself() -> None:
+    (run_id,) = park_sleepers(1, 0.1)
+    time.sleep(0.15)
+    # No sweep has run: the claim fires the due timer and claims in one transaction.
+    assert make_engine().run_turn(run_id) == "completed"
+    assert Timer.objects.get(run_id=run_id).fired_at is not None
