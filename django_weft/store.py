@@ -45,6 +45,9 @@ _STEP_ON_CONFLICT = (
 )
 
 
+_STEP_SQL: dict[str, str] = {}
+
+
 def _aware(value: Any) -> datetime:
     if isinstance(value, str):
         parsed = parse_datetime(value)
@@ -236,6 +239,13 @@ class DjangoStore:
     # -- fenced writes -----------------------------------------------------------------
 
     def _step_sql(self) -> str:
+        vendor = self.connection.vendor
+        sql = _STEP_SQL.get(vendor)
+        if sql is None:
+            sql = _STEP_SQL[vendor] = self._build_step_sql()
+        return sql
+
+    def _build_step_sql(self) -> str:
         cast = "::jsonb" if self.is_postgres else ""
         values = (
             f"%(seq)s, %(kind)s, %(name)s, %(status)s, %(args)s{cast}, %(result)s{cast}, "

@@ -53,7 +53,10 @@ class Update(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     update_id = models.CharField(max_length=200)
-    run = models.ForeignKey("django_weft.WorkflowRun", on_delete=models.CASCADE, related_name="updates")
+    # The unique (run, update_id) index serves lookups by run.
+    run = models.ForeignKey(
+        "django_weft.WorkflowRun", on_delete=models.CASCADE, related_name="updates", db_index=False
+    )
     name = models.CharField(max_length=200)
     payload = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=UpdateStatus.choices, default=UpdateStatus.ACCEPTED)

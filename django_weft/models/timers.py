@@ -22,7 +22,10 @@ class Timer(models.Model):
         SCHEDULE = TimerKind.SCHEDULE, _("schedule")
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey("django_weft.WorkflowRun", on_delete=models.CASCADE, related_name="timers")
+    # The unique (run, seq, kind) index serves lookups by run.
+    run = models.ForeignKey(
+        "django_weft.WorkflowRun", on_delete=models.CASCADE, related_name="timers", db_index=False
+    )
     seq = models.IntegerField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
     fire_at = models.DateTimeField()
