@@ -362,9 +362,47 @@ class DjangoStore:
             if not parked:
                 raise _deposed(run_id, owner, epoch, "park")
 
-    def _finish(self, run_id: str, owner: str, epoch: int, what: str, **fields: Any) -> None:
+    def _finish(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        what: str,
+        *,
+        status: str,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        category: str = "",
+    ) -> None:
+        """The owner's terminal commit: status, outcome, release and unfired timers removed,
+        fenced on (owner, epoch)."""
+        if self.is_postgres:
+            # One statement (one round trip): the conditional UPDATE is the fence, and the
+            # timer DELETE only sees a row if the UPDATE matched.
+            sql = (
+                f"WITH done AS (UPDATE {RUN_TABLE} SET status = %(status)s, result = %(result)s::jsonb, "
+                "error = %(error)s::jsonb, failure_category = %(category)s, owner_id = NULL, "
+                "lease_expires_at = NULL, ready_at = NULL, dispatched_at = NULL, waiting_on = NULL, "
+                "finished_at = now(), updated_at = now() "
+                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s RETURNING id), "
+                f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
+                "AND fired_at IS NULL) SELECT count(*) FROM done"
+            )
+            params = {
+                "status": status, "result": result_json, "error": error_json, "category": category,
+                "id": self._run_key(run_id), "owner": owner, "epoch": epoch,
+            }  # fmt: skip
+            with self.connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                if not cursor.fetchone()[0]:
+                    raise _deposed(run_id, owner, epoch, what)
+            return
         with transaction.atomic(using=self.alias):
             finished = self._owned(run_id, owner, epoch).update(
+                status=status,
+                result=codec.loads(result_json),
+                error=codec.loads(error_json),
+                failure_category=category,
                 owner_id=None,
                 lease_expires_at=None,
                 ready_at=None,
@@ -372,26 +410,17 @@ class DjangoStore:
                 waiting_on=None,
                 finished_at=Now(),
                 updated_at=Now(),
-                **fields,
             )
             if not finished:
                 raise _deposed(run_id, owner, epoch, what)
             Timer.objects.using(self.alias).filter(run_id=uuid.UUID(str(run_id))).unfired().delete()
 
     def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None:
-        self._finish(
-            run_id, owner, epoch, "completion", status=RunStatus.COMPLETED, result=codec.loads(result_json)
-        )
+        self._finish(run_id, owner, epoch, "completion", status=RunStatus.COMPLETED, result_json=result_json)
 
     def fail(self, run_id: str, owner: str, epoch: int, error_json: str, category: str) -> None:
         self._finish(
-            run_id,
-            owner,
-            epoch,
-            "failure",
-            status=RunStatus.FAILED,
-            error=codec.loads(error_json),
-            failure_category=category,
+            run_id, owner, epoch, "failure", status=RunStatus.FAILED, error_json=error_json, category=category
         )
 
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
@@ -406,7 +435,7 @@ class DjangoStore:
                 epoch,
                 "continue_as_new",
                 status=RunStatus.CONTINUED,
-                result={"continued_as": str(successor_id)},
+                result_json=codec.dumps({"continued_as": str(successor_id)}),
             )
             now = self.db_now()
             self._runs().create(
