@@ -19,6 +19,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
+
+try:
+    import psycopg
+except ImportError:  # SQLite-only installs
+    psycopg = None  # type: ignore[assignment]
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -265,9 +270,10 @@ class DjangoStore:
         )
 
     def _step_params(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> dict[str, Any]:
-        stamp = step.finished_at or step.started_at
+        connection = self.connection
+        adapt = connection.ops.adapt_datetimefield_value
         return {
-            "id": self._run_key(run_id),
+            "id": WorkflowRun._meta.pk.get_db_prep_value(uuid.UUID(str(run_id)), connection),
             "owner": owner,
             "epoch": epoch,
             "seq": step.seq,
@@ -278,19 +284,36 @@ class DjangoStore:
             "result": step.result_json,
             "error": step.error_json,
             "attempt": step.attempt,
-            "started": self._dt(step.started_at),
-            "finished": self._dt(step.finished_at),
-            "stamp": self._dt(stamp),
+            "started": adapt(step.started_at),
+            "finished": adapt(step.finished_at),
+            "stamp": adapt(step.finished_at or step.started_at),
         }
 
     def _write_step(self, cursor: Any, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
         cursor.execute(self._step_sql(), self._step_params(run_id, owner, epoch, step))
-        if cursor.fetchone() is None:
+        self._check_step_written(cursor.fetchone(), run_id, owner, epoch, step)
+
+    @staticmethod
+    def _check_step_written(row: Any, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+        if row is None:
             raise _deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
 
     def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
         """Record one step in one statement, fenced on (owner, epoch). Raises ``Deposed``."""
-        with self.connection.cursor() as cursor:
+        connection = self.connection
+        if connection.vendor == "postgresql":
+            # The hottest statement: send it as a server-side prepared statement on the
+            # underlying psycopg connection, so PostgreSQL parses and plans it once per
+            # connection instead of once per step (Django's default client-side binding
+            # cannot prepare).
+            connection.ensure_connection()
+            with psycopg.Cursor(connection.connection) as cursor:
+                row = cursor.execute(
+                    self._step_sql(), self._step_params(run_id, owner, epoch, step), prepare=True
+                ).fetchone()
+            self._check_step_written(row, run_id, owner, epoch, step)
+            return
+        with connection.cursor() as cursor:
             self._write_step(cursor, run_id, owner, epoch, step)
 
     def commit_step_atomic(
