@@ -188,7 +188,9 @@ def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) 
         # Serialise starts of one business key, so "look, then create" cannot interleave.
         with store.connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
-    latest = WorkflowRun.objects.using(store.alias).for_workflow_id(workflow_id).first()
+    runs = WorkflowRun.objects.using(store.alias).for_workflow_id(workflow_id)
+    # The live run if there is one (at most one exists), else the newest finished one.
+    latest = runs.active().first() or runs.first()
     if latest is None:
         return None
     if on_conflict == "fail":

@@ -177,7 +177,7 @@ class DjangoStore:
             run = (
                 self._runs()
                 .select_for_update(skip_locked=True)
-                .filter(pk=run_id, status=RunStatus.WAITING)
+                .filter(pk=run_id, status__in=[RunStatus.WAITING, RunStatus.PENDING])
                 .first()
             )
             if run is None:
@@ -368,6 +368,10 @@ class DjangoStore:
     ) -> None:
         """Record the wait's steps and timers, set ``waiting`` and release, atomically."""
         with transaction.atomic(using=self.alias):
+            # Lock the run row first (fenced), then write timers: the run-then-timer lock
+            # order every writer follows.
+            if not list(self._owned(run_id, owner, epoch).select_for_update().values_list("pk", flat=True)):
+                raise _deposed(run_id, owner, epoch, "park")
             now = timezone.now()
             with self.connection.cursor() as cursor:
                 for step in steps:
@@ -492,29 +496,32 @@ class DjangoStore:
         )
 
     def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
-        """Extend the lease of every held run; return those no longer ours."""
-        lost: set[str] = set()
+        """Extend the lease of every held run; return those no longer ours.
+
+        On PostgreSQL one statement renews them all and skips rows locked right now (an
+        atomic activity of this engine holds its run row): those are not renewed this
+        round but are not lost either. Ownership is then read without locks."""
+        if not held:
+            return set()
+        keys = {self._run_key(run_id): run_id for run_id in held}
         if self.is_postgres:
             sql = (
                 f"UPDATE {RUN_TABLE} SET lease_expires_at = now() + %(ttl)s * interval '1 second' "
-                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s"
+                f"WHERE id IN (SELECT id FROM {RUN_TABLE} WHERE id = ANY(%(ids)s) AND owner_id = %(owner)s "
+                "FOR UPDATE SKIP LOCKED)"
             )
-            until = None
+            with self.connection.cursor() as cursor:
+                cursor.execute(sql, {"ttl": ttl, "ids": list(keys), "owner": owner})
         else:
-            sql = (
-                f"UPDATE {RUN_TABLE} SET lease_expires_at = %(until)s "
-                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s"
-            )
-            until = self._dt(timezone.now() + timedelta(seconds=ttl))
-        with self.connection.cursor() as cursor:
-            for run_id, epoch in held.items():
-                cursor.execute(
-                    sql,
-                    {"ttl": ttl, "until": until, "id": self._run_key(run_id), "owner": owner, "epoch": epoch},
-                )
-                if cursor.rowcount == 0:
-                    lost.add(run_id)
-        return lost
+            until = timezone.now() + timedelta(seconds=ttl)
+            self._runs().filter(pk__in=list(held), owner_id=owner).update(lease_expires_at=until)
+        current = {
+            str(pk): (owner_id, epoch)
+            for pk, owner_id, epoch in self._runs()
+            .filter(pk__in=list(held))
+            .values_list("pk", "owner_id", "owner_epoch")
+        }
+        return {run_id for run_id, epoch in held.items() if current.get(run_id) != (owner, epoch)}
 
     # -- the sweep ---------------------------------------------------------------------
 

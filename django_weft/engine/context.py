@@ -54,6 +54,17 @@ class Park(_Unwind):
         self.timers = timers
 
 
+class DeposedUnwind(_Unwind):
+    """This engine lost the run mid-turn: stop executing workflow code at once.
+
+    A BaseException, so ``except Exception`` in workflow code (a saga's compensation
+    branch, say) cannot keep a deposed engine running activities."""
+
+    def __init__(self, cause: Deposed) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class ContinueAsNew(_Unwind):
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         super().__init__("continue_as_new")
@@ -183,10 +194,17 @@ class WorkflowContext:
         if self._fatal is not None:
             raise self._fatal
         if self._engine.is_lost(self._claimed.run_id):
-            raise Deposed(
-                f"run {self._claimed.run_id} was taken over by another engine; stopped driving it",
-                run_id=self._claimed.run_id,
+            self._depose(
+                Deposed(
+                    f"run {self._claimed.run_id} was taken over by another engine; stopped driving it",
+                    run_id=self._claimed.run_id,
+                )
             )
+
+    def _depose(self, cause: Deposed) -> Any:
+        """Stop driving the run for good: every later operation re-raises the unwinding."""
+        self._unwinding = DeposedUnwind(cause)
+        raise self._unwinding
 
     def _next(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
         self._enter()
@@ -207,15 +225,36 @@ class WorkflowContext:
             raise self._fatal
         return seq, recorded
 
+    def unconsumed_history(self) -> NonDeterminismError | None:
+        """The error to fail with if the function finished before replaying all of its
+        recorded history (a deploy removed operations that this run already recorded)."""
+        if self._seq >= self._history_length:
+            return None
+        recorded = self._steps.get(self._seq)
+        what = f"{recorded.kind} {recorded.name!r}" if recorded else "an operation"
+        return NonDeterminismError(
+            f"run {self._claimed.run_id} ({self._claimed.workflow_name}) is not deterministic: the "
+            f"workflow finished at position {self._seq}, but the history records {what} there "
+            f"({self._history_length} operations in all). Restore the removed code for running "
+            "workflows or guard the change with ctx.patched(...); then retry the run",
+            run_id=self._claimed.run_id,
+            position=self._seq,
+            recorded={"kind": recorded.kind, "name": recorded.name} if recorded else {},
+            requested={"kind": "finish", "name": ""},
+        )
+
     def _park(self, waiting_on: dict[str, Any], steps: list[StepWrite], timers: list[TimerWrite]) -> Any:
         self._unwinding = Park(waiting_on, steps, timers)
         raise self._unwinding
 
     def _commit(self, step: StepWrite) -> None:
         faults.hit("before_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
-        self._engine.store.commit_step(
-            self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, step
-        )
+        try:
+            self._engine.store.commit_step(
+                self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, step
+            )
+        except Deposed as exc:
+            self._depose(exc)
         faults.hit("after_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
 
     def _step(
@@ -312,10 +351,13 @@ class WorkflowContext:
                             started_at=started_at,
                         )
 
-                    engine.store.commit_step_atomic(run_id, engine.engine_id, self._claimed.epoch, body)
+                    try:
+                        engine.store.commit_step_atomic(run_id, engine.engine_id, self._claimed.epoch, body)
+                    except Deposed as exc:
+                        self._depose(exc)
                     return holder[0]
                 value, result_json = self._encode_result(act, act.fn(*args, **kwargs))
-            except (Deposed, _Unwind):
+            except _Unwind:
                 raise
             except Exception as exc:
                 error = describe_exception(exc)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, faults
-from .context import ContinueAsNew, Park, WorkflowContext, describe_exception
+from .context import ContinueAsNew, DeposedUnwind, Park, WorkflowContext, _Unwind, describe_exception
 from .errors import ActivityFailed, Deposed, NonDeterminismError, PayloadError, WorkflowNotRegistered
 from .ports import Dispatcher, TurnStore
 from .records import FailureCategory
@@ -144,40 +144,45 @@ class Engine:
     def _drive(self, claimed: Any, workflow: Any, config: EngineConfig, label: str) -> TurnOutcome:
         run_id, epoch, me = claimed.run_id, claimed.epoch, self.engine_id
         ctx = WorkflowContext(self, claimed, config, workflow)
+        error: Exception | None = None
+        value: Any = None
+        propagated = False
         try:
             value = workflow(ctx, *claimed.args, **claimed.kwargs)
-        except Park:
-            pass
-        except ContinueAsNew:
-            pass
-        except Deposed:
-            raise
-        except NonDeterminismError as exc:
-            return self._fail(ctx, exc, FailureCategory.NONDETERMINISM, label)
-        except ActivityFailed as exc:
-            if ctx._fatal is not None:
-                return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
-            return self._fail(ctx, exc, FailureCategory.ACTIVITY, label)
+        except _Unwind:
+            propagated = True
         except Exception as exc:
-            if ctx._fatal is not None:
-                return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
-            return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
-        else:
-            if ctx._unwinding is None:
-                if ctx._fatal is not None:
-                    return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
-                try:
-                    result_json = codec.dumps(value, what=f"the result of workflow {workflow.name}")
-                except PayloadError as exc:
-                    return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
-                faults.hit("before_complete", run_id=run_id, engine=self)
-                self.store.complete(run_id, me, epoch, result_json)
-                logger.info("%s: completed", label)
-                return TurnOutcome.COMPLETED
-            logger.warning("%s: workflow code swallowed the engine's unwinding; honouring it", label)
+            error = exc
+        # What the engine decided wins over what the workflow code did with it: a lost
+        # run, then non-determinism, then a park or continue-as-new that the code caught
+        # (or turned into another exception while unwinding), then the code's own outcome.
+        unwinding = ctx._unwinding
+        if isinstance(unwinding, DeposedUnwind):
+            raise unwinding.cause
         if ctx._fatal is not None:
             return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
-        unwinding = ctx._unwinding
+        if unwinding is not None and not isinstance(unwinding, ContinueAsNew | Park):
+            raise AssertionError(f"unexpected unwinding {unwinding!r}")
+        if unwinding is None and error is not None:
+            category = (
+                FailureCategory.ACTIVITY if isinstance(error, ActivityFailed) else FailureCategory.APPLICATION
+            )
+            return self._fail(ctx, error, category, label)
+        if unwinding is None or isinstance(unwinding, ContinueAsNew):
+            leftover = ctx.unconsumed_history()
+            if leftover is not None:
+                return self._fail(ctx, leftover, FailureCategory.NONDETERMINISM, label)
+        if unwinding is None:
+            try:
+                result_json = codec.dumps(value, what=f"the result of workflow {workflow.name}")
+            except PayloadError as exc:
+                return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
+            faults.hit("before_complete", run_id=run_id, engine=self)
+            self.store.complete(run_id, me, epoch, result_json)
+            logger.info("%s: completed", label)
+            return TurnOutcome.COMPLETED
+        if not propagated:
+            logger.warning("%s: workflow code caught the engine's unwinding; honouring it", label)
         if isinstance(unwinding, ContinueAsNew):
             new_run = self.store.continue_as_new(
                 run_id, me, epoch, unwinding.args_json, unwinding.kwargs_json

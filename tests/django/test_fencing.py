@@ -178,3 +178,21 @@ def test_fenced_writes_are_rejected_after_the_epoch_moves() -> None:
         store.commit_step_atomic(handle.run_id, "A", 1, lambda: write)
     assert Step.objects.count() == 0
     assert WorkflowRun.objects.get(pk=handle.run_id).status == "running"
+
+
+def test_a_deposed_engine_stops_even_if_workflow_code_catches_everything() -> None:
+    handle = client.start("tests.saga", args=["sg"])
+    engine_a = make_engine("A")
+    store = DjangoStore()
+
+    def take_over(context: dict[str, Any]) -> None:
+        # Just before A records the charge, another engine takes the run over.
+        if context["engine"] is engine_a:
+            WorkflowRun.objects.filter(pk=handle.run_id).update(lease_expires_at="2000-01-01T00:00:00Z")
+            assert store.claim(handle.run_id, "B", 30, 10) is not None
+
+    faults.arm("before_step_commit", take_over)
+    assert engine_a.run_turn(handle.run_id) == TurnOutcome.DEPOSED
+    # The saga's `except Exception` compensation did not run on the deposed engine.
+    assert SideEffect.objects.filter(key="sg:refund").count() == 0
+    assert Step.objects.filter(run_id=handle.run_id).count() == 0

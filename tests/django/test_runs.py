@@ -343,3 +343,29 @@ def test_a_worker_that_does_not_know_the_workflow_releases_the_run() -> None:
     assert run.status == "running" and run.owner_id is None and run.owner_epoch == 1
     assert run.dispatched_at is not None  # the sweep waits before sending it out again
     assert drive(handle.run_id) == "completed"
+
+
+def test_an_unwinding_turned_into_another_exception_still_parks() -> None:
+    handle = client.start("tests.converts_unwinding")
+    assert make_engine().run_turn(handle.run_id) == "parked"
+    assert handle.status() == "waiting"
+
+
+def test_finishing_before_the_recorded_history_ends_is_nondeterminism() -> None:
+    handle = client.start("tests.trailing")
+    engine = make_engine()
+    assert engine.run_turn(handle.run_id) == "parked"
+    wf.SHAPE["drop_tail"] = True
+    try:
+        assert drive(handle.run_id, engine=engine) == "failed"
+    finally:
+        wf.SHAPE["drop_tail"] = False
+    run = WorkflowRun.objects.get(pk=handle.run_id)
+    assert run.failure_category == "nondeterminism" and run.error["position"] == 1
+    assert run.error["recorded"] == {"kind": "sleep", "name": "sleep"}
+
+
+def test_a_due_delayed_start_is_claimed_by_its_turn_without_a_sweep() -> None:
+    handle = client.start("tests.echo", start_delay=0.1)
+    time.sleep(0.15)
+    assert make_engine().run_turn(handle.run_id) == "completed"

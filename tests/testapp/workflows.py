@@ -232,3 +232,38 @@ def whoami(key: str) -> str:
 @workflow(name="tests.fence_probe")
 def fence_probe(ctx: Any, key: str) -> list[str]:
     return [ctx.run(whoami, f"{key}:{i}") for i in range(3)]
+
+
+@activity(name="tests.compensate", retry=NO_RETRY)
+def compensate(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+@workflow(name="tests.saga")
+def saga(ctx: Any, key: str) -> str:
+    try:
+        ctx.run(whoami, f"{key}:charge")
+    except Exception:
+        ctx.run(compensate, f"{key}:refund")
+        return "compensated"
+    return "charged"
+
+
+@workflow(name="tests.converts_unwinding")
+def converts_unwinding(ctx: Any) -> None:
+    try:
+        ctx.sleep(60)
+    except BaseException as exc:
+        raise RuntimeError("cleanup failed") from exc
+
+
+SHAPE = {"drop_tail": False}
+
+
+@workflow(name="tests.trailing")
+def trailing(ctx: Any) -> str:
+    ctx.run(step_a)
+    if not SHAPE["drop_tail"]:
+        ctx.sleep(0.1)
+        ctx.run(step_b)
+    return "done"

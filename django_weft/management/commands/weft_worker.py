@@ -86,6 +86,8 @@ class InProcessWorker:
         self._threads_wanted = threads
         self._sweep = sweep
         self._stopping = threading.Event()
+        # Leases are renewed until the very end of a shutdown, so draining turns keep them.
+        self._heartbeat_stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -138,7 +140,7 @@ class InProcessWorker:
             self._stopping.wait(max(pause, 0.0))
 
     def _heartbeat_loop(self) -> None:
-        while not self._stopping.wait(weft_settings.LEASE_RENEW_INTERVAL):
+        while not self._heartbeat_stopping.wait(weft_settings.LEASE_RENEW_INTERVAL):
             try:
                 self.engine.renew_leases()
             except Exception:
@@ -153,6 +155,7 @@ class InProcessWorker:
             if thread.name.startswith("weft-turn"):
                 thread.join(max(deadline - time.monotonic(), 0))
         released = self.engine.release_all()
+        self._heartbeat_stopping.set()
         connections.close_all()
         use_dispatcher(None)
         return released
