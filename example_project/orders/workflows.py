@@ -1,0 +1,63 @@
+"""The ``orders.fulfil`` workflow. Autodiscovered: django_weft imports every installed
+app's ``workflows`` module at startup, as the admin does with ``admin.py``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from django_weft import RetryPolicy, WorkflowContext, activity, activity_info, workflow
+
+from .models import Order
+
+logger = logging.getLogger("example_project.orders")
+
+
+class PaymentGatewayTimeout(ConnectionError):
+    """What a real payment client raises when the provider does not answer in time."""
+
+
+@activity(name="orders.charge_card", retry=RetryPolicy(max_attempts=5, initial_interval=0.5))
+def charge_card(order_id: int) -> str:
+    """Charge the customer; return the provider's receipt.
+
+    At least once: a worker crash after the charge and before its step is recorded runs
+    this again. A real provider is given ``idempotency_key`` (stable across attempts and
+    re-executions) so it charges once. Here the first attempt times out, so the history
+    shows the retry policy at work.
+    """
+    info = activity_info()
+    order = Order.objects.get(pk=order_id)
+    if info.attempt == 1:
+        raise PaymentGatewayTimeout("the payment provider did not answer (simulated)")
+    digest = hashlib.sha256(info.idempotency_key.encode()).hexdigest()[:12]
+    logger.info("charged %s %s for order %s", order.customer, order.amount, order_id)
+    return f"rcpt-{digest}"
+
+
+@activity(name="orders.mark_paid", atomic=True)
+def mark_paid(order_id: int, receipt: str) -> None:
+    """Atomic: this update commits in the same transaction as the step record, so it
+    happens exactly once even if the worker dies around it."""
+    Order.objects.filter(pk=order_id).update(status=Order.Status.PAID, receipt=receipt)
+
+
+@activity(name="orders.ship")
+def ship(order_id: int) -> str:
+    """Hand the order to the warehouse. Not atomic, so at least once: setting the status is
+    idempotent, and a real shipping call would pass ``activity_info().idempotency_key``."""
+    Order.objects.filter(pk=order_id).update(status=Order.Status.FULFILLED)
+    return f"parcel-{order_id}"
+
+
+@workflow(name="orders.fulfil")
+def fulfil(ctx: WorkflowContext, order_id: int) -> dict[str, Any]:
+    receipt = ctx.run(charge_card, order_id)
+    ctx.run(mark_paid, order_id, receipt)
+    ctx.logger.info("order %s paid; waiting for the warehouse slot", order_id)
+    # A durable timer: the run parks, no thread waits, and a restart does not lose it.
+    ctx.sleep("5s")
+    parcel = ctx.run(ship, order_id)
+    ctx.logger.info("order %s shipped as %s", order_id, parcel)
+    return {"order": order_id, "receipt": receipt, "parcel": parcel}
