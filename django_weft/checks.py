@@ -56,6 +56,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             errors.append(
                 Error(f"{setting} must be a positive integer; got {value!r}.", id=f"django_weft.{number}")
             )
+    module = getattr(settings, "WEFT_AUTODISCOVER_MODULE", DEFAULTS["WEFT_AUTODISCOVER_MODULE"])
+    if module is not None and (not isinstance(module, str) or not module.isidentifier()):
+        errors.append(
+            Error(
+                f"WEFT_AUTODISCOVER_MODULE must be a module name like 'workflows', or None; got {module!r}.",
+                id="django_weft.E015",
+            )
+        )
+    permissions = getattr(settings, "WEFT_API_PERMISSION_CLASSES", None)
+    if permissions is not None and (
+        not isinstance(permissions, list | tuple) or not all(isinstance(p, str) for p in permissions)
+    ):
+        errors.append(
+            Error(
+                "WEFT_API_PERMISSION_CLASSES must be a list of import strings of DRF permission classes, "
+                f"or None; got {permissions!r}.",
+                id="django_weft.E016",
+            )
+        )
     try:
         _ = weft_settings.RETENTION
     except WeftError as exc:

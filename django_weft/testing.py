@@ -36,7 +36,12 @@ def drive(run_id: str, *, engine: Engine | None = None, timeout: float = 10.0) -
     sweep = SweepOnlyDispatcher()
     while True:
         engine.run_turn(str(run_id))
-        status = WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        status = (
+            WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+            .filter(pk=run_id)
+            .values_list("status", flat=True)
+            .first()
+        )
         if status is None or status in TERMINAL_STATUSES:
             return str(status)
         if time.monotonic() > deadline:

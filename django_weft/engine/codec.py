@@ -39,9 +39,10 @@ def dumps(value: Any, *, what: str = "value", limit: int | None = None) -> str:
         raise PayloadError(
             f"{what} must be JSON-serialisable (dicts, lists, strings, numbers, booleans, None): {exc}"
         ) from None
-    if limit is not None and len(text) > limit:
+    # Characters are at most 4 bytes of UTF-8: encode only when it could matter.
+    if limit is not None and len(text) * 4 > limit and (size := len(text.encode())) > limit:
         raise PayloadError(
-            f"{what} is {len(text)} bytes of JSON, over the limit of {limit} bytes "
+            f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
             "(WEFT_MAX_PAYLOAD_BYTES); store large data elsewhere and pass a reference"
         )
     return text

@@ -369,3 +369,10 @@ def test_a_due_delayed_start_is_claimed_by_its_turn_without_a_sweep() -> None:
     handle = client.start("tests.echo", start_delay=0.1)
     time.sleep(0.15)
     assert make_engine().run_turn(handle.run_id) == "completed"
+
+
+@override_settings(WEFT_MAX_PAYLOAD_BYTES=100)
+def test_payload_limit_counts_utf8_bytes_not_characters() -> None:
+    with pytest.raises(PayloadError, match="over the limit of 100 bytes"):
+        client.start("tests.echo", args=["é" * 60])  # 60 characters, 120 bytes
+    client.start("tests.echo", args=["e" * 60])

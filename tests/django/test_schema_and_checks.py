@@ -37,6 +37,8 @@ def test_default_test_settings_pass_the_checks() -> None:
         ({"WEFT_DEFAULT_RETRY_POLICY": {"max_attempts": 0}}, "django_weft.E011"),
         ({"WEFT_DISPATCHER": "nowhere.Dispatcher"}, "django_weft.E012"),
         ({"WEFT_DATABASE_ALIAS": "other"}, "django_weft.E013"),
+        ({"WEFT_AUTODISCOVER_MODULE": "my-workflows"}, "django_weft.E015"),
+        ({"WEFT_API_PERMISSION_CLASSES": "rest_framework.permissions.IsAdminUser"}, "django_weft.E016"),
     ],
 )
 @pytest.mark.django_db
