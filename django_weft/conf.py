@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "WEFT_RETENTION": None,
     "WEFT_DEFAULT_RETRY_POLICY": None,
     "WEFT_RETRY_INLINE_MAX_DELAY": 2.0,
+    "WEFT_PREPARE_STATEMENTS": True,
 }
 
 
@@ -96,6 +97,10 @@ class WeftSettings:
     @property
     def RETRY_INLINE_MAX_DELAY(self) -> float:
         return parse_duration(self._get("WEFT_RETRY_INLINE_MAX_DELAY"), what="WEFT_RETRY_INLINE_MAX_DELAY")
+
+    @property
+    def PREPARE_STATEMENTS(self) -> bool:
+        return bool(self._get("WEFT_PREPARE_STATEMENTS"))
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(

@@ -307,9 +307,16 @@ class DjangoStore:
             # connection instead of once per step (Django's default client-side binding
             # cannot prepare).
             connection.ensure_connection()
-            with psycopg.Cursor(connection.connection) as cursor:
+            raw = connection.connection
+            prepare = weft_settings.PREPARE_STATEMENTS
+            if prepare and raw.prepare_threshold is None:
+                # Django opens connections with prepared statements off, and psycopg then
+                # ignores prepare=True. Re-enable them with a threshold nothing reaches, so
+                # only statements asked for explicitly (this one) are prepared.
+                raw.prepare_threshold = 2**31 - 1
+            with psycopg.Cursor(raw) as cursor:
                 row = cursor.execute(
-                    self._step_sql(), self._step_params(run_id, owner, epoch, step), prepare=True
+                    self._step_sql(), self._step_params(run_id, owner, epoch, step), prepare=prepare or None
                 ).fetchone()
             self._check_step_written(row, run_id, owner, epoch, step)
             return

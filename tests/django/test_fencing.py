@@ -196,3 +196,13 @@ def test_a_deposed_engine_stops_even_if_workflow_code_catches_everything() -> No
     # The saga's `except Exception` compensation did not run on the deposed engine.
     assert SideEffect.objects.filter(key="sg:refund").count() == 0
     assert Step.objects.filter(run_id=handle.run_id).count() == 0
+
+
+@pytest.mark.postgres
+def test_the_step_commit_is_a_server_side_prepared_statement() -> None:
+    handle = client.start("tests.inline_steps", args=[3])
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        statements = [row[0] for row in cursor.fetchall()]
+    assert any("django_weft_step" in statement for statement in statements)
