@@ -324,6 +324,10 @@ class WorkflowContext:
     ) -> Any:
         policy = act.retry or self._config.default_retry
         run_id, engine = self._claimed.run_id, self._engine
+
+        def activity_step(status: str, **fields: Any) -> StepWrite:
+            return self._step(seq, StepKind.ACTIVITY, act.name, status, args_json=args_json, **fields)
+
         while True:
             info = ActivityInfo(
                 run_id, self._claimed.workflow_id, self._claimed.workflow_name, act.name, seq, attempt
@@ -340,12 +344,8 @@ class WorkflowContext:
                         value, result_json = self._encode_result(act, act.fn(*args, **kwargs))
                         holder.append(value)
                         faults.hit("atomic_before_commit", run_id=run_id, seq=seq, engine=engine)
-                        return self._step(
-                            seq,
-                            StepKind.ACTIVITY,
-                            act.name,
+                        return activity_step(
                             StepStatus.COMPLETED,
-                            args_json=args_json,
                             result_json=result_json,
                             attempt=attempt,
                             started_at=started_at,
@@ -364,12 +364,8 @@ class WorkflowContext:
                 retryable = policy.is_retryable(exc) and not isinstance(exc, PayloadError)
                 if not retryable or attempt >= policy.max_attempts:
                     self._commit(
-                        self._step(
-                            seq,
-                            StepKind.ACTIVITY,
-                            act.name,
+                        activity_step(
                             StepStatus.FAILED,
-                            args_json=args_json,
                             error=error,
                             attempt=attempt,
                             started_at=started_at,
@@ -386,12 +382,8 @@ class WorkflowContext:
                 self._park(
                     {"kind": "retry", "seq": seq, "activity": act.name, "fire_at": _iso(retry_at)},
                     [
-                        self._step(
-                            seq,
-                            StepKind.ACTIVITY,
-                            act.name,
+                        activity_step(
                             StepStatus.RETRYING,
-                            args_json=args_json,
                             result_json=codec.dumps({"retry_at": _iso(retry_at)}),
                             error=error,
                             attempt=attempt,
@@ -406,12 +398,8 @@ class WorkflowContext:
             faults.hit("after_activity", run_id=run_id, seq=seq, engine=engine)
             self._enter()
             self._commit(
-                self._step(
-                    seq,
-                    StepKind.ACTIVITY,
-                    act.name,
+                activity_step(
                     StepStatus.COMPLETED,
-                    args_json=args_json,
                     result_json=result_json,
                     attempt=attempt,
                     started_at=started_at,
