@@ -108,6 +108,7 @@ class WeftSettings:
             takeover_grace=self.TAKEOVER_GRACE,
             default_retry=self.DEFAULT_RETRY_POLICY,
             inline_retry_max_delay=self.RETRY_INLINE_MAX_DELAY,
+            redispatch_after=self.REDISPATCH_AFTER,
         )
 
 

@@ -11,6 +11,7 @@ import itertools
 import queue
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -35,19 +36,39 @@ class SweepOnlyDispatcher:
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
         return None
 
+    def dispatch_activity(
+        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+    ) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Work:
+    """One unit of work in a :class:`LocalDispatcher`: a turn of a run, or an attempt of
+    a queued activity (``seq`` and ``attempt`` set)."""
+
+    run_id: str
+    seq: int | None = None
+    attempt: int | None = None
+
+    @property
+    def is_activity(self) -> bool:
+        return self.seq is not None
+
 
 class LocalDispatcher:
-    """An in-process queue of run ids, consumed by ``weft_worker`` threads.
+    """An in-process queue of turns and queued activity attempts, consumed by
+    ``weft_worker`` threads (which serve every activity queue).
 
-    Duplicate dispatches of a run already queued are folded into one. ``eta`` dispatches
+    Duplicate dispatches of work already queued are folded into one. ``eta`` dispatches
     wait in a heap until due.
     """
 
     delivers = True
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[str] = queue.Queue()
-        self._queued: set[str] = set()
+        self._queue: queue.Queue[Work] = queue.Queue()
+        self._queued: set[Work] = set()
         self._lock = threading.Lock()
         self._delayed: list[tuple[float, int, str]] = []
         self._counter = itertools.count()
@@ -59,11 +80,19 @@ class LocalDispatcher:
                 with self._lock:
                     heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._counter), run_id))
                 return
+        self._put(Work(str(run_id)))
+
+    def dispatch_activity(
+        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+    ) -> None:
+        self._put(Work(str(run_id), seq, attempt))
+
+    def _put(self, work: Work) -> None:
         with self._lock:
-            if run_id in self._queued:
+            if work in self._queued:
                 return
-            self._queued.add(run_id)
-        self._queue.put(run_id)
+            self._queued.add(work)
+        self._queue.put(work)
 
     def release_due(self) -> None:
         """Move delayed dispatches whose time has come onto the queue."""
@@ -79,15 +108,15 @@ class LocalDispatcher:
         with self._lock:
             return max(self._delayed[0][0] - time.monotonic(), 0.0) if self._delayed else None
 
-    def get(self, timeout: float) -> str | None:
-        """The next run id to drive, or ``None`` after ``timeout`` seconds."""
+    def get(self, timeout: float) -> Work | None:
+        """The next piece of work, or ``None`` after ``timeout`` seconds."""
         try:
-            run_id = self._queue.get(timeout=timeout)
+            work = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
         with self._lock:
-            self._queued.discard(run_id)
-        return run_id
+            self._queued.discard(work)
+        return work
 
     def qsize(self) -> int:
         return self._queue.qsize()

@@ -6,7 +6,9 @@ call these functions; no other module writes run, step or timer rows.
 
 from __future__ import annotations
 
+import enum
 import logging
+import os
 import threading
 import time
 import uuid
@@ -20,9 +22,11 @@ from django.db.models import Count, Min
 from .conf import weft_settings
 from .dispatch import delivers, get_dispatcher
 from .engine import codec
+from .engine.context import ActivityInfo, _current_activity, describe_exception
 from .engine.durations import Duration, parse_duration
 from .engine.errors import (
     InvalidInput,
+    PayloadError,
     ResultTimeout,
     WorkflowAlreadyExists,
     WorkflowCancelled,
@@ -31,8 +35,8 @@ from .engine.errors import (
     WorkflowTimedOut,
 )
 from .engine.executor import Engine, TurnOutcome
-from .engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
-from .engine.registry import registry
+from .engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, StepStatus, TimerKind
+from .engine.registry import Activity, registry
 from .models import Step, Timer, WorkflowRun
 from .models.runs import WORKFLOW_ID_MAX_LENGTH
 from .store import DjangoStore
@@ -48,9 +52,15 @@ class _CurrentDispatcher:
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
         get_dispatcher().dispatch_turn(run_id, eta=eta)
 
+    def dispatch_activity(
+        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+    ) -> None:
+        get_dispatcher().dispatch_activity(run_id, seq, attempt, queue=queue, timeout=timeout)
+
 
 _engine_lock = threading.Lock()
 _engine: Engine | None = None
+_engine_pid = 0
 
 
 def get_store() -> DjangoStore:
@@ -58,11 +68,12 @@ def get_store() -> DjangoStore:
 
 
 def get_engine() -> Engine:
-    """This process's engine (one engine id per process)."""
-    global _engine
+    """This process's engine (one engine id per process; a forked child gets its own)."""
+    global _engine, _engine_pid
     with _engine_lock:
-        if _engine is None:
+        if _engine is None or _engine_pid != os.getpid():
             _engine = Engine(get_store(), _CurrentDispatcher(), weft_settings.engine_config)
+            _engine_pid = os.getpid()
         return _engine
 
 
@@ -211,6 +222,97 @@ def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) 
 def run_turn(run_id: str) -> TurnOutcome:
     """Claim ``run_id`` and drive it until it parks or finishes (safe to call for any id)."""
     return get_engine().run_turn(str(run_id))
+
+
+class ActivityOutcome(enum.StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"  # this attempt failed; the workflow decides on a retry
+    SKIPPED = "skipped"  # a duplicate delivery, a stale attempt or a finished run
+    DISCARDED = "discarded"  # ran, but the attempt was lost meanwhile: not recorded
+
+
+def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
+    """Run attempt ``attempt`` of the queued activity at position ``seq`` of a run.
+
+    Safe to call for any delivery: exactly one caller takes a given attempt (a duplicate
+    gets ``SKIPPED``), and its outcome is recorded only if the attempt is still current
+    (fenced by run, seq and attempt). A recorded outcome wakes the run when it waits for
+    it. ``atomic=True`` activities run inside the transaction that records them.
+    """
+    from .heartbeat import ensure_heartbeat, running_attempt
+
+    store = get_store()
+    run_id = str(run_id)
+    started = store.start_activity(run_id, seq, attempt, weft_settings.LEASE_TTL)
+    if started is None:
+        logger.info("run %s: activity %s attempt %s is not startable (duplicate or stale); skipped",
+                    run_id, seq, attempt)  # fmt: skip
+        return ActivityOutcome.SKIPPED
+    ensure_heartbeat()
+    name = started["name"]
+    act = registry.activities.get(name)
+    info = ActivityInfo(run_id, started["workflow_id"], started["workflow_name"], name, seq, attempt)
+    label = f"run {run_id}: activity {name} (position {seq}, attempt {attempt})"
+    outcome: list[str] = []
+
+    def call() -> tuple[str, str | None, str | None]:
+        written = _call_activity(act, info, started["args"], store.alias) if act is not None else (
+            StepStatus.ATTEMPT_FAILED,
+            None,
+            codec.dumps({
+                "type": "django_weft.ActivityNotRegistered",
+                "message": f"activity {name!r} is not registered in worker {get_engine().engine_id}",
+                "retryable": True,
+            }),
+        )  # fmt: skip
+        outcome.append(written[0])
+        return written
+
+    with running_attempt(run_id, seq, attempt):
+        if act is not None and act.atomic:
+            recorded, woken = store.finish_activity(run_id, seq, attempt, status="", body=call)
+        else:
+            status, result_json, error_json = call()
+            recorded, woken = store.finish_activity(
+                run_id, seq, attempt, status=status, result_json=result_json, error_json=error_json
+            )
+    if woken:
+        try:
+            get_dispatcher().dispatch_turn(run_id)
+        except Exception:
+            logger.warning("run %s: could not dispatch a turn; the sweep will", run_id, exc_info=True)
+    if not recorded:
+        logger.warning("%s: ran, but the attempt is no longer current; outcome discarded", label)
+        return ActivityOutcome.DISCARDED
+    failed = outcome[0] == StepStatus.ATTEMPT_FAILED
+    logger.info("%s: %s", label, "attempt failed" if failed else "completed")
+    return ActivityOutcome.FAILED if failed else ActivityOutcome.COMPLETED
+
+
+def _call_activity(
+    act: Activity[..., Any], info: ActivityInfo, payload: dict[str, Any], alias: str
+) -> tuple[str, str | None, str | None]:
+    """Run the activity function; return the step's (status, result_json, error_json).
+
+    An atomic activity runs in a savepoint of the recording transaction, so a failed
+    attempt's writes roll back while its failure is still recorded."""
+    token = _current_activity.set(info)
+    try:
+        if act.atomic:
+            with transaction.atomic(using=alias):
+                value = act.fn(*payload.get("args", []), **payload.get("kwargs", {}))
+                result_json = codec.dumps(value, what=f"the result of activity {act.name}")
+        else:
+            value = act.fn(*payload.get("args", []), **payload.get("kwargs", {}))
+            result_json = codec.dumps(value, what=f"the result of activity {act.name}")
+        return StepStatus.COMPLETED, result_json, None
+    except Exception as exc:
+        policy = act.retry or weft_settings.DEFAULT_RETRY_POLICY
+        error = describe_exception(exc)
+        error["retryable"] = policy.is_retryable(exc) and not isinstance(exc, PayloadError)
+        return StepStatus.ATTEMPT_FAILED, None, codec.dumps(error)
+    finally:
+        _current_activity.reset(token)
 
 
 @dataclass

@@ -24,7 +24,7 @@ try:
     import psycopg
 except ImportError:  # SQLite-only installs
     psycopg = None  # type: ignore[assignment]
-from django.db.models import Q
+from django.db.models import Case, F, JSONField, Q, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -32,7 +32,16 @@ from django.utils.dateparse import parse_datetime
 from .conf import weft_settings
 from .engine import codec
 from .engine.errors import Deposed
-from .engine.records import ClaimedRun, RunStatus, StepRecord, StepWrite, TimerWrite
+from .engine.records import (
+    PENDING_STEP_STATUSES,
+    ClaimedRun,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    StepWrite,
+    TimerKind,
+    TimerWrite,
+)
 from .models import Step, Timer, WorkflowRun
 
 RUN_TABLE = WorkflowRun._meta.db_table
@@ -191,11 +200,12 @@ class DjangoStore:
                 timers.filter(run_id=run.pk)
                 .due(now)
                 .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)
+                .values_list("pk", "seq", "kind")
             )
             if not due:
                 return None
-            timers.filter(pk__in=due).update(fired_at=now)
+            timers.filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
+            self._lose_attempts([(run.pk, seq) for _, seq, kind in due if kind == TimerKind.ACTIVITY], now)
             run.owner_epoch += 1
             self._runs().filter(pk=run.pk).update(
                 status=RunStatus.RUNNING,
@@ -372,8 +382,13 @@ class DjangoStore:
         waiting_on: dict[str, object],
         steps: Iterable[StepWrite],
         timers: Iterable[TimerWrite],
-    ) -> None:
-        """Record the wait's steps and timers, set ``waiting`` and release, atomically."""
+    ) -> bool:
+        """Record the wait's steps and timers, set ``waiting`` and release, atomically.
+
+        If the run waits for queued activities and what it waits for has already
+        happened (an activity finished while the turn ran: its wake-up found the run
+        owned), the run is released runnable instead and ``True`` returned. The park and
+        the activity's completion both lock the run row, so one of them sees the other."""
         with transaction.atomic(using=self.alias):
             # Lock the run row first (fenced), then write timers: the run-then-timer lock
             # order every writer follows.
@@ -384,6 +399,10 @@ class DjangoStore:
                 for step in steps:
                     self._write_step(cursor, run_id, owner, epoch, step)
                 self._write_timers(cursor, run_id, timers, now)
+            if self._wait_satisfied(run_id, waiting_on):
+                if not self.release(run_id, owner, epoch):
+                    raise _deposed(run_id, owner, epoch, "park")
+                return True
             parked = self._owned(run_id, owner, epoch).update(
                 status=RunStatus.WAITING,
                 waiting_on=waiting_on,
@@ -395,6 +414,164 @@ class DjangoStore:
             )
             if not parked:
                 raise _deposed(run_id, owner, epoch, "park")
+        return False
+
+    def _wait_satisfied(self, run_id: str, waiting_on: dict[str, Any] | None) -> bool:
+        """Whether a run waiting on queued activities needs a turn now: for ``any``, one
+        of them finished; for ``all``, none is pending, or an attempt failed or was lost
+        (the workflow decides on the retry)."""
+        if not waiting_on or waiting_on.get("kind") != "activities":
+            return False
+        statuses = list(
+            Step.objects.using(self.alias)
+            .filter(run_id=uuid.UUID(str(run_id)), seq__in=waiting_on.get("seqs") or [])
+            .values_list("status", flat=True)
+        )
+        pending = [status in PENDING_STEP_STATUSES for status in statuses]
+        if waiting_on.get("mode") == "any":
+            return not all(pending)
+        return not any(pending) or any(
+            status in (StepStatus.ATTEMPT_FAILED, StepStatus.LOST) for status in statuses
+        )
+
+    # -- queued activities -------------------------------------------------------------
+
+    def schedule_activity(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
+    ) -> None:
+        """Record a queued attempt as scheduled with its dispatch deadline, fenced."""
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            self._write_step(cursor, run_id, owner, epoch, step)
+            self._write_timers(cursor, run_id, [timer], step.started_at)
+
+    def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> dict[str, Any] | None:
+        """Take attempt ``attempt`` of the queued activity at ``seq`` for execution.
+
+        Exactly one caller wins per attempt: the step moves from ``scheduled`` to
+        ``started`` and its activity timer becomes the attempt's lease (``ttl`` from
+        now, renewed by the heartbeat). ``None`` for a duplicate delivery, a stale
+        attempt or a run that is no longer active."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            run = (
+                self._runs()
+                .select_for_update()
+                .filter(pk=key, status__in=[RunStatus.RUNNING, RunStatus.WAITING])
+                .values("workflow_id", "workflow_name")
+                .first()
+            )
+            if run is None:
+                return None
+            now = self.db_now()
+            steps = Step.objects.using(self.alias).filter(run_id=key, seq=seq, attempt=attempt)
+            if not steps.filter(status=StepStatus.SCHEDULED).update(
+                status=StepStatus.STARTED, started_at=now, updated_at=now
+            ):
+                return None
+            row = steps.values("name", "args").get()
+            Timer.objects.using(self.alias).update_or_create(
+                run_id=key,
+                seq=seq,
+                kind=TimerKind.ACTIVITY,
+                defaults={"fire_at": now + timedelta(seconds=ttl), "fired_at": None},
+            )
+        return {**run, "name": row["name"], "args": row["args"] or {}}
+
+    def finish_activity(
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        *,
+        status: str,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        body: Callable[[], tuple[str, str | None, str | None]] | None = None,
+    ) -> tuple[bool, bool]:
+        """Record the outcome of a started attempt and wake its run if that is what it
+        waits for. Returns ``(recorded, woken)``; ``recorded`` is ``False`` for a stale
+        attempt (lost and retried meanwhile) or a run that is no longer active.
+
+        ``body`` (an atomic activity) runs inside this transaction after the attempt is
+        confirmed and returns ``(status, result_json, error_json)``."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            run = (
+                self._runs()
+                .select_for_update()
+                .filter(pk=key, status__in=[RunStatus.RUNNING, RunStatus.WAITING])
+                .values("status", "waiting_on")
+                .first()
+            )
+            if run is None:
+                return False, False
+            steps = Step.objects.using(self.alias).filter(
+                run_id=key, seq=seq, attempt=attempt, status=StepStatus.STARTED
+            )
+            if not list(steps.select_for_update().values_list("pk", flat=True)):
+                return False, False
+            if body is not None:
+                status, result_json, error_json = body()
+            now = self.db_now()
+            steps.update(
+                status=status,
+                result=codec.loads(result_json) if result_json is not None else None,
+                error=codec.loads(error_json) if error_json is not None else None,
+                finished_at=now,
+                updated_at=now,
+            )
+            Timer.objects.using(self.alias).filter(run_id=key, seq=seq, kind=TimerKind.ACTIVITY).delete()
+            woken = run["status"] == RunStatus.WAITING and self._wait_satisfied(run_id, run["waiting_on"])
+            if woken:
+                # dispatched_at: the caller rings the doorbell itself, so the sweep holds off.
+                self._runs().filter(pk=key).update(
+                    status=RunStatus.RUNNING, ready_at=now, dispatched_at=now, waiting_on=None, updated_at=now
+                )
+        return True, woken
+
+    def renew_activities(self, attempts: Iterable[tuple[str, int, int]], ttl: float) -> None:
+        """Extend the leases (activity timers) of attempts this process is running."""
+        condition = Q()
+        for run_id, seq, _attempt in attempts:
+            condition |= Q(run_id=uuid.UUID(str(run_id)), seq=seq)
+        if not condition:
+            return
+        until = self.db_now() + timedelta(seconds=ttl)
+        Timer.objects.using(self.alias).filter(condition, kind=TimerKind.ACTIVITY).unfired().update(
+            fire_at=until
+        )
+
+    def _lose_attempts(self, fired: Iterable[tuple[Any, int]], now: datetime) -> None:
+        """Mark the queued attempts whose activity timer fired as lost: never started
+        (the message went missing) or started by a worker that stopped heartbeating.
+        The caller holds the run rows."""
+        condition = Q()
+        for run, seq in fired:
+            condition |= Q(run_id=run, seq=seq)
+        if not condition:
+            return
+        never_started = {
+            "type": "django_weft.DispatchLost",
+            "message": "the attempt was not picked up from its queue in time; it is sent again",
+            "started": False,
+        }
+        worker_lost = {
+            "type": "django_weft.WorkerLost",
+            "message": "the worker running this attempt stopped renewing its lease (crashed or killed)",
+            "started": True,
+            "retryable": True,
+        }
+        Step.objects.using(self.alias).filter(
+            condition, status__in=[StepStatus.SCHEDULED, StepStatus.STARTED]
+        ).update(
+            status=StepStatus.LOST,
+            error=Case(
+                When(status=StepStatus.STARTED, then=Value(worker_lost, output_field=JSONField())),
+                default=Value(never_started, output_field=JSONField()),
+            ),
+            result=Case(When(status=StepStatus.SCHEDULED, then=F("result")), default=None),
+            updated_at=now,
+        )
 
     def _finish(
         self,
@@ -554,13 +731,14 @@ class DjangoStore:
                 timers.filter(run_id__in=locked_runs)
                 .due(now)
                 .select_for_update(skip_locked=True)
-                .values_list("pk", "run_id", "kind")
+                .values_list("pk", "run_id", "seq", "kind")
             )
             if not due:
                 return []
-            timers.filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
-            delayed = {run for _, run, kind in due if kind == Timer.Kind.DELAYED_START}
-            waking = {run for _, run, kind in due if kind != Timer.Kind.DELAYED_START}
+            timers.filter(pk__in=[pk for pk, _, _, _ in due]).update(fired_at=now)
+            self._lose_attempts([(run, seq) for _, run, seq, kind in due if kind == TimerKind.ACTIVITY], now)
+            delayed = {run for _, run, _, kind in due if kind == Timer.Kind.DELAYED_START}
+            waking = {run for _, run, _, kind in due if kind != Timer.Kind.DELAYED_START}
             woken = list(
                 self._runs()
                 .filter(

@@ -11,13 +11,14 @@ Nothing in django_weft imports this module. Typical use::
 from __future__ import annotations
 
 import time
+import uuid
 
 from .conf import weft_settings
 from .dispatch import SweepOnlyDispatcher
 from .engine.executor import Engine
-from .engine.records import TERMINAL_STATUSES
-from .models import WorkflowRun
-from .runtime import _CurrentDispatcher, tick
+from .engine.records import TERMINAL_STATUSES, StepStatus
+from .models import Step, WorkflowRun
+from .runtime import _CurrentDispatcher, run_activity, tick
 from .store import DjangoStore
 
 
@@ -26,8 +27,23 @@ def make_engine(engine_id: str | None = None) -> Engine:
     return Engine(DjangoStore(), _CurrentDispatcher(), weft_settings.engine_config, engine_id=engine_id)
 
 
+def run_queued_activities(run_id: str) -> int:
+    """Run, in this thread, every queued activity attempt of ``run_id`` that is waiting
+    for a worker; return how many ran."""
+    pending = list(
+        Step.objects.using(weft_settings.DATABASE_ALIAS)
+        .filter(run_id=uuid.UUID(str(run_id)), status=StepStatus.SCHEDULED)
+        .order_by("seq")
+        .values_list("seq", "attempt")
+    )
+    for seq, attempt in pending:
+        run_activity(str(run_id), seq, attempt)
+    return len(pending)
+
+
 def drive(run_id: str, *, engine: Engine | None = None, timeout: float = 10.0) -> str:
-    """Run turns of ``run_id`` (firing its timers as they come due) until it is terminal.
+    """Run turns of ``run_id`` (firing its timers as they come due, running its queued
+    activities in this thread) until it is terminal.
 
     Returns the final status; raises ``TimeoutError`` after ``timeout`` seconds.
     """
@@ -36,6 +52,7 @@ def drive(run_id: str, *, engine: Engine | None = None, timeout: float = 10.0) -
     sweep = SweepOnlyDispatcher()
     while True:
         engine.run_turn(str(run_id))
+        run_queued_activities(str(run_id))
         status = (
             WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
             .filter(pk=run_id)

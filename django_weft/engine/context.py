@@ -14,14 +14,14 @@ import random as _random
 import time
 import traceback
 import uuid
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import codec, faults
 from .durations import Duration, parse_duration
-from .errors import ActivityFailed, Deposed, NonDeterminismError, PayloadError
+from .errors import ActivityFailed, ConfigurationError, Deposed, NonDeterminismError, PayloadError
 from .records import (
     ClaimedRun,
     StepKind,
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from .executor import Engine, EngineConfig
 
 T = TypeVar("T")
+
+MAX_REDISPATCH_DELAY = 600.0
+"""The longest a queued attempt waits in its queue before it is sent again (seconds)."""
 
 
 class _Unwind(BaseException):
@@ -148,6 +151,31 @@ class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
         return f"[{info.workflow_name} {info.workflow_id}] {msg}", kwargs
 
 
+class ActivityHandle(Generic[T]):
+    """An activity started with :meth:`WorkflowContext.start`; wait for it with
+    :meth:`result`, :meth:`WorkflowContext.wait_all` or :meth:`WorkflowContext.wait_any`."""
+
+    def __init__(self, ctx: WorkflowContext, act: Activity[..., T], seq: int, args_json: str) -> None:
+        self._ctx = ctx
+        self.activity = act
+        self.seq = seq
+        self._args_json = args_json
+        # Inline activities run when started; their outcome is kept here.
+        self._outcome: tuple[bool, Any] | None = None
+
+    def result(self) -> T:
+        """The activity's result; waits durably (the run parks) until it has finished.
+        Raises :class:`ActivityFailed` when the activity failed for good."""
+        values: list[T] = self._ctx.wait_all([self])
+        return values[0]
+
+    def __repr__(self) -> str:
+        return f"<ActivityHandle {self.activity.name} at position {self.seq}>"
+
+
+_PENDING = object()
+
+
 class WorkflowContext:
     """Passed as the first argument of every workflow function."""
 
@@ -158,12 +186,14 @@ class WorkflowContext:
         self._claimed = claimed
         self._config = config
         self._workflow = workflow
-        self._steps = claimed.steps
+        self._steps = dict(claimed.steps)
         self._history_length = (max(claimed.steps) + 1) if claimed.steps else 0
         self._seq = 0
         self._clock_origin = time.monotonic()
         self._patches: dict[str, bool] = {}
         self._unwinding: _Unwind | None = None
+        # Retry timers of started activities nobody waits for yet; every park writes them.
+        self._background_timers: list[TimerWrite] = []
         self._fatal: NonDeterminismError | None = None
         self.info = WorkflowInfo(
             run_id=claimed.run_id,
@@ -244,6 +274,8 @@ class WorkflowContext:
         )
 
     def _park(self, waiting_on: dict[str, Any], steps: list[StepWrite], timers: list[TimerWrite]) -> Any:
+        keys = {(timer.seq, timer.kind) for timer in timers}
+        timers = timers + [t for t in self._background_timers if (t.seq, t.kind) not in keys]
         self._unwinding = Park(waiting_on, steps, timers)
         raise self._unwinding
 
@@ -294,6 +326,8 @@ class WorkflowContext:
         for good; the workflow may catch that.
         """
         act = as_activity(target)
+        if act.queue is not None:
+            return self.start(act, *args, **kwargs).result()
         seq, recorded = self._next(StepKind.ACTIVITY, act.name)
         attempt = 1
         if recorded is not None:
@@ -427,6 +461,231 @@ class WorkflowContext:
     def activity_info() -> ActivityInfo:
         """Inside an activity: the running attempt's :class:`ActivityInfo`."""
         return activity_info()
+
+    # -- queued activities and fan-out -------------------------------------------------
+
+    def start(
+        self, target: Activity[..., T] | Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> ActivityHandle[T]:
+        """Start an activity and return a handle without waiting for it.
+
+        A queued activity (``@activity(queue=...)``) is sent to its queue at once, so
+        several started activities run in parallel on the workers. An inline activity
+        runs here and now, before ``start`` returns. Wait with ``handle.result()``,
+        :meth:`wait_all` or :meth:`wait_any`.
+        """
+        act = as_activity(target)
+        args_json = codec.dumps({"args": list(args), "kwargs": kwargs}, what=f"arguments of {act.name}")
+        handle: ActivityHandle[T]
+        if act.queue is None:
+            handle = ActivityHandle(self, act, self._seq, args_json)
+            try:
+                handle._outcome = (True, self.run(act, *args, **kwargs))
+            except ActivityFailed as exc:
+                handle._outcome = (False, exc)
+            return handle
+        seq, recorded = self._next(StepKind.ACTIVITY, act.name)
+        handle = ActivityHandle(self, act, seq, args_json)
+        if recorded is None:
+            self._schedule(act, seq, 1, args_json, dispatches=1)
+        else:
+            # Act on a lost or failed attempt now, even if nothing waits for it yet.
+            self._poll(handle, self._background_timers)
+        return handle
+
+    def wait_all(self, handles: Sequence[ActivityHandle[Any]]) -> list[Any]:
+        """Wait until every handle has finished; return their results in order.
+
+        If any failed, raises the :class:`ActivityFailed` of the first failed handle in
+        the list (after all have finished, so replay always sees the same outcome)."""
+        self._enter()
+        handles = self._own_handles(handles, "wait_all")
+        states, pending, timers = self._poll_all(handles)
+        if pending:
+            self._park({"kind": "activities", "mode": "all", "seqs": pending}, [], timers)
+        for ok, value in states:
+            if not ok:
+                raise value
+        return [value for _, value in states]
+
+    def wait_any(self, handles: Sequence[ActivityHandle[Any]]) -> ActivityHandle[Any]:
+        """Wait until at least one handle has finished and return the first finished one
+        (in list order). Which one it was is recorded, so replay returns the same."""
+        handles = self._own_handles(handles, "wait_any")
+        if not handles:
+            raise ConfigurationError("ctx.wait_any needs at least one handle")
+        seq, recorded = self._next(StepKind.WAIT, "wait_any")
+        if recorded is not None:
+            index = recorded.result["index"]
+            if index >= len(handles) or handles[index].seq != recorded.result["seq"]:
+                self._fatal = NonDeterminismError(
+                    f"run {self._claimed.run_id} ({self._claimed.workflow_name}) is not deterministic: "
+                    f"ctx.wait_any at position {seq} returned the activity at position "
+                    f"{recorded.result['seq']} before, which is not handle {index} of the handles "
+                    "it is given now",
+                    run_id=self._claimed.run_id,
+                    position=seq,
+                    recorded=recorded.result,
+                    requested={"seqs": [h.seq for h in handles]},
+                )
+                raise self._fatal
+            return handles[index]
+        states, pending, timers = self._poll_all(handles)
+        for index, (handle, state) in enumerate(zip(handles, states, strict=True)):
+            if state is not _PENDING:
+                self._commit(
+                    self._step(
+                        seq,
+                        StepKind.WAIT,
+                        "wait_any",
+                        StepStatus.COMPLETED,
+                        result_json=codec.dumps({"index": index, "seq": handle.seq}),
+                    )
+                )
+                return handle
+        return self._park({"kind": "activities", "mode": "any", "seqs": pending}, [], timers)
+
+    def _own_handles(self, handles: Sequence[ActivityHandle[Any]], what: str) -> list[ActivityHandle[Any]]:
+        handles = list(handles)
+        for handle in handles:
+            if not isinstance(handle, ActivityHandle) or handle._ctx is not self:
+                raise ConfigurationError(
+                    f"ctx.{what} takes handles returned by ctx.start in this workflow run; got {handle!r}"
+                )
+        return handles
+
+    def _poll_all(self, handles: list[ActivityHandle[Any]]) -> tuple[list[Any], list[int], list[TimerWrite]]:
+        """Each handle's state: ``(True, value)``, ``(False, error)`` or ``_PENDING``; plus
+        the positions still pending and the timers that must wake the run for them."""
+        states: list[Any] = []
+        pending: list[int] = []
+        timers: list[TimerWrite] = []
+        for handle in handles:
+            state = self._poll(handle, timers)
+            states.append(state)
+            if state is _PENDING:
+                pending.append(handle.seq)
+        return states, pending, timers
+
+    def _poll(self, handle: ActivityHandle[Any], timers: list[TimerWrite]) -> Any:
+        """Where a started activity stands, acting on it when the workflow must decide
+        (retry a failed attempt, resend a lost one)."""
+        if handle._outcome is not None:
+            return handle._outcome
+        act, seq = handle.activity, handle.seq
+        recorded = self._steps.get(seq)
+        assert recorded is not None, f"queued activity at {seq} has no step"
+        status = recorded.status
+        if status == StepStatus.COMPLETED:
+            handle._outcome = (True, recorded.result)
+        elif status == StepStatus.FAILED:
+            handle._outcome = (
+                False,
+                self._activity_failed(act.name, seq, recorded.error or {}, recorded.attempt),
+            )
+        elif status == StepStatus.RETRYING:
+            retry_at = _from_iso(recorded.result["retry_at"])
+            if retry_at > self._db_now():
+                timers.append(TimerWrite(seq, TimerKind.RETRY, retry_at))
+            else:
+                self._schedule(act, seq, recorded.attempt + 1, handle._args_json, dispatches=1)
+            return _PENDING
+        elif status == StepStatus.LOST and not (recorded.error or {}).get("started"):
+            # The message never reached a worker: send the same attempt again.
+            dispatches = int((recorded.result or {}).get("dispatches", 1)) + 1
+            self._schedule(act, seq, recorded.attempt, handle._args_json, dispatches=dispatches)
+            return _PENDING
+        elif status in (StepStatus.ATTEMPT_FAILED, StepStatus.LOST):
+            return self._after_failed_attempt(handle, recorded, timers)
+        else:  # scheduled or started: a worker has it
+            return _PENDING
+        return handle._outcome
+
+    def _after_failed_attempt(
+        self, handle: ActivityHandle[Any], recorded: StepRecord, timers: list[TimerWrite]
+    ) -> Any:
+        act, seq = handle.activity, handle.seq
+        policy = act.retry or self._config.default_retry
+        error = dict(recorded.error or {})
+        retryable = bool(error.pop("retryable", True))
+        error.pop("started", None)
+        if retryable and recorded.attempt < policy.max_attempts:
+            retry_at = self._db_now() + timedelta(seconds=policy.delay_after(recorded.attempt))
+            step = self._step(
+                seq,
+                StepKind.ACTIVITY,
+                act.name,
+                StepStatus.RETRYING,
+                args_json=handle._args_json,
+                result_json=codec.dumps({"retry_at": _iso(retry_at)}),
+                error=error,
+                attempt=recorded.attempt,
+                started_at=recorded.started_at,
+                finished=False,
+            )
+            self._commit(step)
+            self._remember(step, {"retry_at": _iso(retry_at)}, error)
+            timers.append(TimerWrite(seq, TimerKind.RETRY, retry_at))
+            return _PENDING
+        step = self._step(
+            seq,
+            StepKind.ACTIVITY,
+            act.name,
+            StepStatus.FAILED,
+            args_json=handle._args_json,
+            error=error,
+            attempt=recorded.attempt,
+            started_at=recorded.started_at,
+        )
+        self._commit(step)
+        self._remember(step, None, error)
+        handle._outcome = (False, self._activity_failed(act.name, seq, error, recorded.attempt))
+        return handle._outcome
+
+    def _schedule(
+        self, act: Activity[..., Any], seq: int, attempt: int, args_json: str, *, dispatches: int
+    ) -> None:
+        """Record attempt ``attempt`` as scheduled (with the deadline by which it must have
+        started) and send it to the activity's queue."""
+        assert act.queue is not None
+        result = {"dispatches": dispatches}
+        step = self._step(
+            seq,
+            StepKind.ACTIVITY,
+            act.name,
+            StepStatus.SCHEDULED,
+            args_json=args_json,
+            result_json=codec.dumps(result),
+            attempt=attempt,
+            finished=False,
+        )
+        wait = min(self._config.redispatch_after * 2 ** (dispatches - 1), MAX_REDISPATCH_DELAY)
+        timer = TimerWrite(seq, TimerKind.ACTIVITY, step.started_at + timedelta(seconds=wait))
+        try:
+            self._engine.store.schedule_activity(
+                self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, step, timer
+            )
+        except Deposed as exc:
+            self._depose(exc)
+        self._remember(step, result, None)
+        # Only a latency hint: if this message is lost, the timer sends the attempt again.
+        self._engine.dispatch_activity(
+            self._claimed.run_id, seq, attempt, queue=act.queue, timeout=act.timeout
+        )
+
+    def _remember(self, step: StepWrite, result: Any, error: dict[str, Any] | None) -> None:
+        """Keep this turn's view of a step it rewrote (queued steps change under it)."""
+        self._steps[step.seq] = StepRecord(
+            seq=step.seq,
+            kind=step.kind,
+            name=step.name,
+            status=step.status,
+            result=result,
+            error=error,
+            attempt=step.attempt,
+            started_at=step.started_at,
+            finished_at=step.finished_at,
+        )
 
     # -- timers ------------------------------------------------------------------------
 

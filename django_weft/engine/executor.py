@@ -10,6 +10,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from . import codec, faults
@@ -29,6 +30,8 @@ class EngineConfig:
     takeover_grace: float = 10.0
     default_retry: RetryPolicy = field(default_factory=RetryPolicy)
     inline_retry_max_delay: float = 2.0
+    # How long a queued activity attempt may sit in its queue before it is sent again.
+    redispatch_after: float = 15.0
 
 
 class TurnOutcome(enum.StrEnum):
@@ -104,6 +107,30 @@ class Engine:
                 released.append(run_id)
                 logger.info("run %s: released at shutdown (epoch %s)", run_id, epoch)
         return released
+
+    # -- doorbells ----------------------------------------------------------------------
+
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
+        """Ring the doorbell for a run; a failure (broker down) is logged, not raised: the
+        database already holds the work and the sweep sends it again."""
+        try:
+            self.dispatcher.dispatch_turn(run_id, eta=eta)
+        except Exception:
+            logger.warning("run %s: could not dispatch a turn; the sweep will", run_id, exc_info=True)
+
+    def dispatch_activity(
+        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+    ) -> None:
+        try:
+            self.dispatcher.dispatch_activity(run_id, seq, attempt, queue=queue, timeout=timeout)
+        except Exception:
+            logger.warning(
+                "run %s: could not dispatch activity %s attempt %s; its timer will resend it",
+                run_id,
+                seq,
+                attempt,
+                exc_info=True,
+            )
 
     # -- a turn ------------------------------------------------------------------------
 
@@ -188,15 +215,20 @@ class Engine:
                 run_id, me, epoch, unwinding.args_json, unwinding.kwargs_json
             )
             logger.info("%s: continued as new run %s", label, new_run)
-            self.dispatcher.dispatch_turn(new_run)
+            self.dispatch_turn(new_run)
             return TurnOutcome.CONTINUED
         assert isinstance(unwinding, Park)
         faults.hit("before_park", run_id=run_id, engine=self)
-        self.store.park(run_id, me, epoch, unwinding.waiting_on, unwinding.steps, unwinding.timers)
+        woken = self.store.park(run_id, me, epoch, unwinding.waiting_on, unwinding.steps, unwinding.timers)
+        if woken:
+            # What it waits for happened while this turn ran: another turn picks it up.
+            logger.info("%s: released, what it waits for has already happened", label)
+            self.dispatch_turn(run_id)
+            return TurnOutcome.PARKED
         logger.info("%s: parked, waiting on %s", label, _describe_wait(unwinding.waiting_on))
         for timer in unwinding.timers:
             # A latency hint only: the sweep fires the timer even if this is lost.
-            self.dispatcher.dispatch_turn(run_id, eta=timer.fire_at)
+            self.dispatch_turn(run_id, eta=timer.fire_at)
         return TurnOutcome.PARKED
 
     def _fail(self, ctx: WorkflowContext, exc: BaseException, category: str, label: str) -> TurnOutcome:
@@ -224,4 +256,6 @@ def _describe_wait(waiting_on: dict[str, Any]) -> str:
     kind = waiting_on.get("kind", "?")
     if "fire_at" in waiting_on:
         return f"{kind} until {waiting_on['fire_at']}"
+    if kind == "activities":
+        return f"{waiting_on.get('mode')} of the activities at {waiting_on.get('seqs')}"
     return str(kind)

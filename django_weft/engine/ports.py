@@ -35,8 +35,16 @@ class TurnStore(Protocol):
         waiting_on: dict[str, object],
         steps: Iterable[StepWrite],
         timers: Iterable[TimerWrite],
+    ) -> bool:
+        """Record ``steps`` and ``timers``, set the run ``waiting`` and release it, fenced.
+
+        Returns ``True`` when what the run waits for has already happened (a queued
+        activity finished while the turn ran): the run is then left runnable instead."""
+
+    def schedule_activity(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
     ) -> None:
-        """Record ``steps`` and ``timers``, set the run ``waiting`` and release it, fenced."""
+        """Record a queued activity attempt as ``scheduled`` with its dispatch deadline, fenced."""
 
     def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None: ...
 
@@ -63,3 +71,9 @@ class Dispatcher(Protocol):
     """
 
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None: ...
+
+    def dispatch_activity(
+        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+    ) -> None:
+        """Ask a worker consuming ``queue`` to run attempt ``attempt`` of the queued activity
+        at ``seq``. Lost dispatches are found again through the activity's timer."""

@@ -31,6 +31,7 @@ class StepKind(enum.StrEnum):
     SLEEP = "sleep"
     SIDE_EFFECT = "side_effect"
     PATCH = "patch"
+    WAIT = "wait"  # the recorded choice of ctx.wait_any
 
 
 class StepStatus(enum.StrEnum):
@@ -38,6 +39,14 @@ class StepStatus(enum.StrEnum):
     FAILED = "failed"
     WAITING = "waiting"  # a blocking operation has started and not finished (sleep)
     RETRYING = "retrying"  # an activity attempt failed; the next attempt waits for a timer
+    SCHEDULED = "scheduled"  # a queued activity attempt was sent to a worker queue
+    STARTED = "started"  # a worker runs the queued attempt (its lease is the activity timer)
+    ATTEMPT_FAILED = "attempt_failed"  # a queued attempt failed; the workflow decides on a retry
+    LOST = "lost"  # a queued attempt never started or its worker stopped heartbeating
+
+
+PENDING_STEP_STATUSES = frozenset({StepStatus.SCHEDULED, StepStatus.STARTED, StepStatus.RETRYING})
+"""A queued activity in one of these states has not finished and needs nothing from its run."""
 
 
 class TimerKind(enum.StrEnum):
@@ -47,6 +56,7 @@ class TimerKind(enum.StrEnum):
     DEADLINE = "deadline"
     DELAYED_START = "delayed_start"
     SCHEDULE = "schedule"
+    ACTIVITY = "activity"  # a queued attempt's deadline: to start, then to heartbeat
 
 
 class FailureCategory(enum.StrEnum):

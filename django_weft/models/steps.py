@@ -17,12 +17,17 @@ class Step(models.Model):
         SLEEP = StepKind.SLEEP, _("sleep")
         SIDE_EFFECT = StepKind.SIDE_EFFECT, _("side effect")
         PATCH = StepKind.PATCH, _("patch marker")
+        WAIT = StepKind.WAIT, _("wait for any")
 
     class Status(models.TextChoices):
         COMPLETED = StepStatus.COMPLETED, _("completed")
         FAILED = StepStatus.FAILED, _("failed")
         WAITING = StepStatus.WAITING, _("waiting")
         RETRYING = StepStatus.RETRYING, _("retrying")
+        SCHEDULED = StepStatus.SCHEDULED, _("scheduled")
+        STARTED = StepStatus.STARTED, _("started")
+        ATTEMPT_FAILED = StepStatus.ATTEMPT_FAILED, _("attempt failed")
+        LOST = StepStatus.LOST, _("lost")
 
     id = models.BigAutoField(primary_key=True)
     # No separate index on run: the unique (run, seq) index serves lookups by run, and

@@ -20,6 +20,7 @@ class Timer(models.Model):
         DEADLINE = TimerKind.DEADLINE, _("deadline")
         DELAYED_START = TimerKind.DELAYED_START, _("delayed start")
         SCHEDULE = TimerKind.SCHEDULE, _("schedule")
+        ACTIVITY = TimerKind.ACTIVITY, _("queued activity deadline")
 
     id = models.BigAutoField(primary_key=True)
     # The unique (run, seq, kind) index serves lookups by run.

@@ -63,7 +63,8 @@ def test_tick_dispatches_runnable_runs_once_per_redispatch_interval() -> None:
     assert tick(dispatcher).run_ids == []  # dispatched recently: not sent again
     WorkflowRun.objects.filter(pk=handle.run_id).update(dispatched_at="2000-01-01T00:00:00Z")
     assert tick(dispatcher).run_ids == [handle.run_id]
-    assert dispatcher.get(0.1) == handle.run_id
+    work = dispatcher.get(0.1)
+    assert work is not None and work.run_id == handle.run_id and not work.is_activity
     assert dispatcher.get(0.05) is None  # duplicate dispatches are folded
 
 

@@ -267,3 +267,102 @@ def trailing(ctx: Any) -> str:
         ctx.sleep(0.1)
         ctx.run(step_b)
     return "done"
+
+
+# -- queued activities and fan-out -------------------------------------------------------
+
+
+@activity(name="tests.q.record", queue="tests", retry=NO_RETRY)
+def queued_record(key: str, value: Any = None) -> Any:
+    SideEffect.objects.create(key=key)
+    return value
+
+
+@activity(name="tests.q.sleep", queue="tests", retry=NO_RETRY, timeout=30)
+def queued_sleep(key: str, seconds: float) -> str:
+    SideEffect.objects.create(key=key)
+    time.sleep(seconds)
+    return key
+
+
+@activity(
+    name="tests.q.flaky",
+    queue="tests",
+    retry=RetryPolicy(max_attempts=3, initial_interval=0.05, backoff=1.0),
+)
+def queued_flaky(key: str, failures: int) -> int:
+    """Fails ``failures`` times (counted in the database), then succeeds."""
+    SideEffect.objects.create(key=key)
+    done = SideEffect.objects.filter(key=key).count()
+    if done <= failures:
+        raise RuntimeError(f"flaky failure {done} of {failures}")
+    return done
+
+
+@activity(name="tests.q.broken", queue="tests", retry=RetryPolicy(max_attempts=3, non_retryable=(KeyError,)))
+def queued_broken(key: str) -> None:
+    SideEffect.objects.create(key=key)
+    raise KeyError(key)
+
+
+@activity(
+    name="tests.q.ledger",
+    queue="tests",
+    atomic=True,
+    retry=RetryPolicy(max_attempts=2, initial_interval=0.01),
+)
+def queued_ledger(key: str, amount: int, fail_first: bool = False) -> int:
+    LedgerEntry.objects.create(key=key, amount=amount)
+    if fail_first and activity_info().attempt == 1:
+        raise RuntimeError("rolled back with the attempt")
+    return amount
+
+
+@workflow(name="tests.q.single")
+def queued_single(ctx: Any, key: str) -> Any:
+    before = ctx.run(record, f"{key}:inline-before", 1)
+    value = ctx.run(queued_record, f"{key}:queued", 2)
+    after = ctx.run(record, f"{key}:inline-after", 3)
+    return [before, value, after]
+
+
+@workflow(name="tests.q.fan_out")
+def queued_fan_out(ctx: Any, key: str, n: int, seconds: float = 0.0) -> list[str]:
+    handles = [ctx.start(queued_sleep, f"{key}:{i}", seconds) for i in range(n)]
+    return list(ctx.wait_all(handles))
+
+
+@workflow(name="tests.q.mixed")
+def queued_mixed(ctx: Any, key: str) -> dict[str, Any]:
+    inline = ctx.start(record, f"{key}:inline", "inline")
+    queued = ctx.start(queued_record, f"{key}:queued", "queued")
+    first = ctx.wait_any([queued, inline])
+    both = ctx.wait_all([inline, queued])
+    return {"first": first.activity.name, "both": both}
+
+
+@workflow(name="tests.q.race")
+def queued_race(ctx: Any, key: str) -> str:
+    slow = ctx.start(queued_sleep, f"{key}:slow", 5)
+    fast = ctx.start(queued_sleep, f"{key}:fast", 0)
+    winner = ctx.wait_any([slow, fast])
+    return str(winner.result())
+
+
+@workflow(name="tests.q.flaky")
+def queued_flaky_wf(ctx: Any, key: str, failures: int) -> int:
+    return int(ctx.run(queued_flaky, key, failures))
+
+
+@workflow(name="tests.q.broken")
+def queued_broken_wf(ctx: Any, key: str) -> str:
+    try:
+        ctx.run(queued_broken, key)
+    except Exception as exc:
+        return f"caught {type(exc).__name__}"
+    return "not raised"
+
+
+@workflow(name="tests.q.ledger")
+def queued_ledger_wf(ctx: Any, key: str, fail_first: bool = False) -> int:
+    return int(ctx.run(queued_ledger, key, 5, fail_first))

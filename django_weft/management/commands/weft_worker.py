@@ -14,15 +14,16 @@ from django.db import close_old_connections, connections
 from ... import runtime
 from ...conf import weft_settings
 from ...dispatch import LocalDispatcher, use_dispatcher
+from ...heartbeat import Heartbeat
 
 logger = logging.getLogger("django_weft.worker")
 
 
 class Command(BaseCommand):
     help = (
-        "Run workflow turns with N threads, the scheduler sweep and the lease heartbeat in this "
-        "process. SIGTERM or SIGINT stops it cleanly: running turns finish (or are released "
-        "after --shutdown-timeout) before it exits."
+        "Run workflow turns and queued activities (of every queue) with N threads, the "
+        "scheduler sweep and the lease heartbeat in this process. SIGTERM or SIGINT stops it "
+        "cleanly: running turns finish (or are released after --shutdown-timeout) before it exits."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -87,7 +88,7 @@ class InProcessWorker:
         self._sweep = sweep
         self._stopping = threading.Event()
         # Leases are renewed until the very end of a shutdown, so draining turns keep them.
-        self._heartbeat_stopping = threading.Event()
+        self._heartbeat = Heartbeat(self.engine)
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -95,7 +96,7 @@ class InProcessWorker:
             self._spawn(self._turn_loop, f"weft-turn-{index}")
         if self._sweep:
             self._spawn(self._sweep_loop, "weft-sweep")
-        self._spawn(self._heartbeat_loop, "weft-heartbeat")
+        self._heartbeat.start()
 
     def _spawn(self, target: Any, name: str) -> None:
         thread = threading.Thread(target=self._guard(target), name=name, daemon=True)
@@ -114,13 +115,17 @@ class InProcessWorker:
 
     def _turn_loop(self) -> None:
         while not self._stopping.is_set():
-            run_id = self.dispatcher.get(timeout=0.2)
-            if run_id is None:
+            work = self.dispatcher.get(timeout=0.2)
+            if work is None:
                 continue
             try:
-                self.engine.run_turn(run_id)
+                if work.seq is not None and work.attempt is not None:
+                    runtime.run_activity(work.run_id, work.seq, work.attempt)
+                else:
+                    self.engine.run_turn(work.run_id)
             except Exception:
-                logger.exception("run %s: turn crashed; it will be retried after its lease expires", run_id)
+                logger.exception("run %s: %s crashed; it is retried after its lease expires", work.run_id,
+                                 "activity" if work.is_activity else "turn")  # fmt: skip
                 close_old_connections()
 
     def _sweep_loop(self) -> None:
@@ -139,14 +144,6 @@ class InProcessWorker:
                 pause = min(pause, next_due)
             self._stopping.wait(max(pause, 0.0))
 
-    def _heartbeat_loop(self) -> None:
-        while not self._heartbeat_stopping.wait(weft_settings.LEASE_RENEW_INTERVAL):
-            try:
-                self.engine.renew_leases()
-            except Exception:
-                logger.exception("lease renewal failed; retrying")
-                close_old_connections()
-
     def stop(self, timeout: float) -> list[str]:
         """Stop taking work, let running turns finish up to ``timeout``, release the rest."""
         self._stopping.set()
@@ -155,7 +152,7 @@ class InProcessWorker:
             if thread.name.startswith("weft-turn"):
                 thread.join(max(deadline - time.monotonic(), 0))
         released = self.engine.release_all()
-        self._heartbeat_stopping.set()
+        self._heartbeat.stop()
         connections.close_all()
         use_dispatcher(None)
         return released
