@@ -83,6 +83,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         _ = weft_settings.DEFAULT_RETRY_POLICY
     except (WeftError, TypeError) as exc:
         errors.append(_value_error("WEFT_DEFAULT_RETRY_POLICY", exc, "django_weft.E011"))
+    queue = getattr(settings, "WEFT_CELERY_QUEUE", None)
+    if queue is not None and (not isinstance(queue, str) or not queue.strip()):
+        errors.append(
+            Error(f"WEFT_CELERY_QUEUE must be a queue name or None; got {queue!r}.", id="django_weft.E017")
+        )
     try:
         from .dispatch import get_dispatcher
 

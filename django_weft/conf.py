@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings as django_settings
 
 from .engine.durations import parse_duration
@@ -23,7 +24,8 @@ DEFAULTS: dict[str, Any] = {
     "WEFT_TICK_INTERVAL": 1.0,
     "WEFT_TICK_BATCH": 100,
     "WEFT_REDISPATCH_AFTER": 15.0,
-    "WEFT_DISPATCHER": "django_weft.dispatch.SweepOnlyDispatcher",
+    "WEFT_DISPATCHER": None,  # None: Celery's with django_weft.contrib.celery installed, else sweep-only
+    "WEFT_CELERY_QUEUE": None,  # None: Celery's own routing (the default queue)
     "WEFT_MAX_PAYLOAD_BYTES": 1024 * 1024,
     "WEFT_API_PERMISSION_CLASSES": None,
     "WEFT_DATABASE_ALIAS": "default",
@@ -73,7 +75,16 @@ class WeftSettings:
 
     @property
     def DISPATCHER(self) -> str:
-        return self._get("WEFT_DISPATCHER")
+        value = self._get("WEFT_DISPATCHER")
+        if value is not None:
+            return str(value)
+        if apps.is_installed("django_weft.contrib.celery"):
+            return "django_weft.contrib.celery.dispatch.CeleryDispatcher"
+        return "django_weft.dispatch.SweepOnlyDispatcher"
+
+    @property
+    def CELERY_QUEUE(self) -> str | None:
+        return self._get("WEFT_CELERY_QUEUE")
 
     @property
     def MAX_PAYLOAD_BYTES(self) -> int:

@@ -19,6 +19,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_weft",
+    "django_weft.contrib.celery",
     "tests.testapp",
 ]
 
@@ -80,6 +81,16 @@ WEFT_LEASE_RENEW_INTERVAL = 0.5
 WEFT_TAKEOVER_GRACE = 0.5
 WEFT_TICK_INTERVAL = float(os.environ.get("WEFT_TEST_TICK_INTERVAL", "0.2"))
 WEFT_REDISPATCH_AFTER = 1
+
+# The in-process tests ring no doorbells; the Celery process tests (and the Celery worker
+# and beat processes they start) use the Celery dispatcher and a real broker.
+if os.environ.get("WEFT_TEST_CELERY") != "1":
+    WEFT_DISPATCHER = "django_weft.dispatch.SweepOnlyDispatcher"
+CELERY_BROKER_URL = os.environ.get("WEFT_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60}
 
 LOGGING = {
     "version": 1,

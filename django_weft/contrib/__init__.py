@@ -1,0 +1,1 @@
+"""Optional integrations, each an installed app of its own."""

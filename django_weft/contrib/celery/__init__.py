@@ -1,0 +1,45 @@
+"""Celery integration: workers run turns and queued activities, beat drives the sweep.
+
+Add ``"django_weft.contrib.celery"`` to ``INSTALLED_APPS`` (after ``"django_weft"``) and
+merge the beat entry into your Celery app::
+
+    # proj/celery.py
+    import os
+    from celery import Celery
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+    app = Celery("proj")
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.autodiscover_tasks()
+
+    from django_weft.contrib.celery import beat_schedule
+
+    app.conf.beat_schedule = {**app.conf.beat_schedule, **beat_schedule()}
+
+With the app installed, ``WEFT_DISPATCHER`` defaults to
+:class:`~django_weft.contrib.celery.dispatch.CeleryDispatcher`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TICK_TASK = "django_weft.tick"
+TURN_TASK = "django_weft.run_turn"
+ACTIVITY_TASK = "django_weft.run_activity"
+
+
+def beat_schedule() -> dict[str, dict[str, Any]]:
+    """The beat entries to merge into ``app.conf.beat_schedule``: the sweep (``tick``)
+    every ``WEFT_TICK_INTERVAL`` seconds.
+
+    A tick message expires after a few intervals, so ticks do not pile up in the broker
+    while no worker runs; the next one does the same work. Several beats may run at once
+    (the sweep locks rows with ``SKIP LOCKED``, so nothing fires twice)."""
+    from ...conf import weft_settings
+
+    interval = weft_settings.TICK_INTERVAL
+    options: dict[str, Any] = {"expires": max(interval * 5, 5.0)}
+    if weft_settings.CELERY_QUEUE:
+        options["queue"] = weft_settings.CELERY_QUEUE
+    return {TICK_TASK: {"task": TICK_TASK, "schedule": interval, "options": options}}

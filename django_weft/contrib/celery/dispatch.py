@@ -1,0 +1,69 @@
+"""The Celery dispatcher: doorbells become task messages, sent after commit."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ...conf import weft_settings
+
+logger = logging.getLogger("django_weft.celery")
+
+_PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+class CeleryDispatcher:
+    """Sends turns (on ``WEFT_CELERY_QUEUE``, or Celery's routing when unset) and queued
+    activity attempts (on the activity's queue) as Celery tasks.
+
+    Messages go out on commit of the surrounding transaction, if there is one. Sending is
+    a latency hint: a broker that is down is logged and skipped, and the sweep sends the
+    work again from the database once beat and the broker are back.
+    """
+
+    delivers = True
+    max_eta = 300.0
+    """Timer wake-ups further out than this (seconds) are left to the sweep alone, so
+    workers do not hold far-future ETA messages in memory (or see them redelivered by a
+    broker's visibility timeout)."""
+
+    soft_limit_grace = 5.0
+    """Seconds between an activity's soft time limit (its ``timeout``) and the hard kill."""
+
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
+        from .tasks import run_turn
+
+        options: dict[str, Any] = {}
+        if weft_settings.CELERY_QUEUE:
+            options["queue"] = weft_settings.CELERY_QUEUE
+        if eta is not None:
+            delay = (eta - timezone.now()).total_seconds()
+            if delay > self.max_eta:
+                return
+            if delay > 0:
+                options["eta"] = eta
+        self._send(run_turn, (str(run_id),), options)
+
+    def dispatch_activity(
+        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+    ) -> None:
+        from .tasks import run_activity
+
+        options: dict[str, Any] = {"queue": queue}
+        if timeout is not None:
+            options["soft_time_limit"] = timeout
+            options["time_limit"] = timeout + self.soft_limit_grace
+        self._send(run_activity, (str(run_id), seq, attempt), options)
+
+    def _send(self, task: Any, args: tuple[Any, ...], options: dict[str, Any]) -> None:
+        def publish() -> None:
+            try:
+                task.apply_async(args, retry=True, retry_policy=_PUBLISH_RETRY, **options)
+            except Exception as exc:
+                logger.warning("could not send %s%r (%s); the sweep sends it again", task.name, args, exc)
+
+        transaction.on_commit(publish, using=weft_settings.DATABASE_ALIAS)

@@ -1,0 +1,43 @@
+"""The Celery tasks: thin shims over :mod:`django_weft.runtime` that take ids only.
+
+Turns and activities are ``acks_late`` with ``reject_on_worker_lost``: a message is
+acknowledged after its work is recorded, and one whose worker died goes back to the
+queue. Redelivery is harmless (the claim and the attempt fence make a second delivery a
+no-op), and so is a lost message: the database holds the work and the sweep finds it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from ... import runtime
+from ...heartbeat import ensure_heartbeat
+from . import ACTIVITY_TASK, TICK_TASK, TURN_TASK
+
+logger = logging.getLogger("django_weft.celery")
+
+_DURABLE = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True, "serializer": "json"}
+
+
+@shared_task(name=TURN_TASK, **_DURABLE)
+def run_turn(run_id: str) -> str:
+    """Claim the run and drive it until it parks or finishes."""
+    ensure_heartbeat()
+    return str(runtime.run_turn(run_id))
+
+
+@shared_task(name=ACTIVITY_TASK, **_DURABLE)
+def run_activity(run_id: str, seq: int, attempt: int) -> str:
+    """Run one attempt of a queued activity and record its outcome."""
+    return str(runtime.run_activity(run_id, int(seq), int(attempt)))
+
+
+@shared_task(name=TICK_TASK, ignore_result=True, serializer="json")
+def tick() -> dict[str, int]:
+    """The sweep: fire due timers, dispatch runnable runs and expired leases."""
+    report = runtime.tick()
+    if report.fired or report.dispatched:
+        logger.info("tick: fired %d timers, dispatched %d runs", report.fired, report.dispatched)
+    return {"fired": report.fired, "dispatched": report.dispatched, "purged": report.purged}
