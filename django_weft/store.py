@@ -13,6 +13,7 @@ local clock.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,8 @@ from .engine.records import (
     TimerWrite,
 )
 from .models import Step, Timer, WorkflowRun
+
+timer_log = logging.getLogger("django_weft.timers")
 
 RUN_TABLE = WorkflowRun._meta.db_table
 STEP_TABLE = Step._meta.db_table
@@ -205,6 +208,8 @@ class DjangoStore:
             if not due:
                 return None
             timers.filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
+            for pk, seq, kind in due:
+                timer_log.debug("fired timer %s (run %s, position %s, %s) on claim", pk, run.pk, seq, kind)
             self._lose_attempts([(run.pk, seq) for _, seq, kind in due if kind == TimerKind.ACTIVITY], now)
             run.owner_epoch += 1
             self._runs().filter(pk=run.pk).update(
@@ -736,6 +741,8 @@ class DjangoStore:
             if not due:
                 return []
             timers.filter(pk__in=[pk for pk, _, _, _ in due]).update(fired_at=now)
+            for pk, run, seq, kind in due:
+                timer_log.debug("fired timer %s (run %s, position %s, %s) in the sweep", pk, run, seq, kind)
             self._lose_attempts([(run, seq) for _, run, seq, kind in due if kind == TimerKind.ACTIVITY], now)
             delayed = {run for _, run, _, kind in due if kind == Timer.Kind.DELAYED_START}
             waking = {run for _, run, _, kind in due if kind != Timer.Kind.DELAYED_START}

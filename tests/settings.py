@@ -86,6 +86,8 @@ WEFT_REDISPATCH_AFTER = 1
 # and beat processes they start) use the Celery dispatcher and a real broker.
 if os.environ.get("WEFT_TEST_CELERY") != "1":
     WEFT_DISPATCHER = "django_weft.dispatch.SweepOnlyDispatcher"
+elif os.environ.get("WEFT_TEST_DISPATCHER"):
+    WEFT_DISPATCHER = os.environ["WEFT_TEST_DISPATCHER"]
 CELERY_BROKER_URL = os.environ.get("WEFT_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
@@ -97,6 +99,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {
-        "django_weft": {"handlers": ["console"], "level": os.environ.get("WEFT_LOG_LEVEL", "WARNING")}
+        "django_weft": {
+            "handlers": ["console"],
+            "level": os.environ.get("WEFT_LOG_LEVEL", "WARNING"),
+            # Celery workers log the root logger too: each line once, not twice.
+            "propagate": False,
+        }
     },
 }

@@ -92,7 +92,9 @@ class Engine:
         lost = self.store.renew(self.engine_id, held, self.config().lease_ttl)
         if lost:
             with self._lock:
-                self._lost.update(run for run in lost if self._held.get(run) == held[run])
+                # A turn that finished meanwhile released its run: that is not a loss.
+                lost = {run for run in lost if self._held.get(run) == held[run]}
+                self._lost.update(lost)
             for run_id in lost:
                 logger.warning("run %s: lease lost (deposed), stopping", run_id)
         return lost

@@ -366,3 +366,34 @@ def queued_broken_wf(ctx: Any, key: str) -> str:
 @workflow(name="tests.q.ledger")
 def queued_ledger_wf(ctx: Any, key: str, fail_first: bool = False) -> int:
     return int(ctx.run(queued_ledger, key, 5, fail_first))
+
+
+@workflow(name="tests.slow_steps_with_sleep")
+def slow_steps_with_sleep(
+    ctx: Any, key: str, steps: int = 10, step_seconds: float = 0.1, sleep: float = 1.0
+) -> int:
+    """The process tests' workload: slowish inline steps, a durable sleep in the middle."""
+    for i in range(steps):
+        if i == steps // 2:
+            ctx.sleep(sleep)
+        ctx.run(slow_record, f"{key}:{i}", step_seconds)
+    return steps
+
+
+@workflow(name="tests.sleeps")
+def sleeps(ctx: Any, n: int = 3, seconds: float = 0.3) -> int:
+    for _ in range(n):
+        ctx.sleep(seconds)
+    return n
+
+
+@activity(name="tests.q.sleep_retry", queue="tests", retry=RetryPolicy(max_attempts=3, initial_interval=0.1))
+def queued_sleep_retry(key: str, seconds: float) -> int:
+    SideEffect.objects.create(key=key)
+    time.sleep(seconds)
+    return activity_info().attempt
+
+
+@workflow(name="tests.q.long_activity")
+def queued_long_activity(ctx: Any, key: str, seconds: float) -> int:
+    return int(ctx.run(queued_sleep_retry, key, seconds))
