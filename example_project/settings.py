@@ -1,8 +1,12 @@
 """Settings of the example project: one Django site with the ``orders`` demo app.
 
 Embedded by default: SQLite in ``example_project/var/db.sqlite3``, set up for several
-processes (a web server and a worker) writing at once. Set
-``DATABASE_URL=postgres://user:password@host:port/name`` to use PostgreSQL instead.
+processes (a web server, Celery workers and beat) writing at once, and Celery on kombu's
+``filesystem://`` transport (messages are files in ``example_project/var/broker/``), so
+no database or broker server is needed. Production-like services instead:
+
+    DATABASE_URL=postgres://user:password@host:port/name
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/0
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_weft",
+    "django_weft.contrib.celery",  # workers run turns and activities; beat drives the sweep
     "example_project.orders",
 ]
 
@@ -106,6 +111,25 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Celery, configured from these CELERY_* settings by example_project/celery.py.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    for _folder in ("queue", "processed", "control"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # One folder in and out: every process (web, workers, beat) shares the same queues.
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True  # workflow results live in the database
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []  # the demo user is admin/admin
 
 LANGUAGE_CODE = "en-us"
@@ -121,7 +145,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "django_weft": {"handlers": ["console"], "level": os.environ.get("WEFT_LOG_LEVEL", "INFO")},
-        "example_project": {"handlers": ["console"], "level": "INFO"},
+        # propagate=False: Celery's worker also logs the root logger; print each line once.
+        "django_weft": {
+            "handlers": ["console"],
+            "level": os.environ.get("WEFT_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        },
+        "example_project": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

@@ -51,6 +51,15 @@ def ship(order_id: int) -> str:
     return f"parcel-{order_id}"
 
 
+@activity(name="orders.send_confirmation", queue="emails", timeout="30s")
+def send_confirmation(order_id: int, parcel: str) -> str:
+    """Queued: runs as a Celery task on the ``emails`` queue, on whichever worker consumes
+    it, while the run waits durably. A real mailer would pass ``idempotency_key``."""
+    order = Order.objects.get(pk=order_id)
+    logger.info("emailed %s: order %s is on its way (%s)", order.customer, order_id, parcel)
+    return f"msg-{activity_info().idempotency_key}"
+
+
 @workflow(name="orders.fulfil")
 def fulfil(ctx: WorkflowContext, order_id: int) -> dict[str, Any]:
     receipt = ctx.run(charge_card, order_id)
@@ -60,4 +69,5 @@ def fulfil(ctx: WorkflowContext, order_id: int) -> dict[str, Any]:
     ctx.sleep("5s")
     parcel = ctx.run(ship, order_id)
     ctx.logger.info("order %s shipped as %s", order_id, parcel)
-    return {"order": order_id, "receipt": receipt, "parcel": parcel}
+    message = ctx.run(send_confirmation, order_id, parcel)
+    return {"order": order_id, "receipt": receipt, "parcel": parcel, "confirmation": message}

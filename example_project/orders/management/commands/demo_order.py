@@ -23,7 +23,7 @@ class Command(BaseCommand):
             type=float,
             metavar="SECONDS",
             help="wait up to SECONDS for the run to finish and print its result "
-            "(needs a running weft_worker)",
+            "(needs running workers: a Celery worker and beat, or weft_worker)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -46,7 +46,7 @@ class Command(BaseCommand):
         except ResultTimeout:
             raise CommandError(
                 f"run {handle.run_id} is still {handle.status()} after {options['wait']:g} s; "
-                "is `manage.py weft_worker` running?"
+                "are a Celery worker (with the emails queue) and beat running?"
             ) from None
         except WeftError as exc:
             raise CommandError(f"run {handle.run_id}: {exc}") from None
