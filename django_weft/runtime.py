@@ -168,11 +168,15 @@ def start(
                     if existing is not None:
                         return StartResult(str(existing.pk), existing.workflow_id, created=False)
                 now = store.db_now()
+                # A run whose doorbell is rung on commit counts as dispatched, so the sweep
+                # does not send a second message before a worker had the chance to claim it.
+                dispatched_at = now if delivers(get_dispatcher()) and not delay else None
                 run = WorkflowRun.objects.using(store.alias).create(
                     id=run_id,
                     workflow_id=workflow_id or str(run_id),
                     status=RunStatus.PENDING if delay else RunStatus.RUNNING,
                     ready_at=None if delay else now,
+                    dispatched_at=dispatched_at,
                     execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
                     **fields,
                 )
@@ -321,6 +325,8 @@ class TickReport:
     dispatched: int = 0
     purged: int = 0
     run_ids: list[str] = field(default_factory=list)
+    taken_over: list[str] = field(default_factory=list)
+    """The dispatched runs whose owner's lease had expired (its worker died or stalled)."""
 
 
 _last_purge = [0.0]
@@ -341,8 +347,11 @@ def tick(dispatcher: Any = None) -> TickReport:
         ids = store.claim_dispatch_batch(batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE)
         for run_id in ids:
             dispatcher.dispatch_turn(run_id)
+        if ids:
+            logger.debug("tick: dispatched %s", ", ".join(ids))
         report.dispatched = len(ids)
         report.run_ids = ids
+        report.taken_over = store.last_expired
     retention = weft_settings.RETENTION
     if retention is not None and time.monotonic() - _last_purge[0] > 60:
         _last_purge[0] = time.monotonic()

@@ -25,7 +25,7 @@ try:
     import psycopg
 except ImportError:  # SQLite-only installs
     psycopg = None  # type: ignore[assignment]
-from django.db.models import Case, F, JSONField, Q, Value, When
+from django.db.models import Case, DurationField, ExpressionWrapper, F, JSONField, Q, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -93,6 +93,8 @@ class DjangoStore:
 
     def __init__(self, alias: str | None = None) -> None:
         self._alias = alias
+        self.last_expired: list[str] = []
+        """The expired-lease runs among the last :meth:`claim_dispatch_batch` result."""
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -761,15 +763,33 @@ class DjangoStore:
 
     def claim_dispatch_batch(self, batch: int, redispatch_after: float, grace: float) -> list[str]:
         """Runnable runs and expired leases that nobody dispatched recently; marks them
-        dispatched (so concurrent sweepers do not both send them) and returns their ids."""
+        dispatched (so concurrent sweepers do not both send them) and returns their ids.
+
+        A run whose dispatch has not led to a claim is sent again after
+        ``redispatch_after``, and then at growing intervals: a run is re-sent only once
+        the time since its last dispatch is at least the time it had been waiting when
+        it was dispatched. On a cluster that is behind, queues are not flooded with
+        copies of the same work."""
         with transaction.atomic(using=self.alias):
             now = self.db_now()
             recently = now - timedelta(seconds=redispatch_after)
-            not_recent = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=recently)
+            since_last = ExpressionWrapper(Value(now) - F("dispatched_at"), output_field=DurationField())
+
+            def due(waiting_since: str) -> Q:
+                return Q(dispatched_at__isnull=True) | Q(
+                    dispatched_at__lt=recently,
+                    waited__lte=since_last,
+                    **{f"{waiting_since}__isnull": False},
+                )
+
+            def waited(waiting_since: str) -> ExpressionWrapper:
+                return ExpressionWrapper(F("dispatched_at") - F(waiting_since), output_field=DurationField())
+
             runnable = list(
                 self._runs()
                 .runnable()
-                .filter(not_recent)
+                .alias(waited=waited("ready_at"))
+                .filter(due("ready_at"))
                 .select_for_update(skip_locked=True)
                 .order_by("ready_at")
                 .values_list("pk", flat=True)[:batch]
@@ -777,13 +797,15 @@ class DjangoStore:
             expired = list(
                 self._runs()
                 .expired_leases(now, grace)
-                .filter(not_recent)
+                .alias(waited=waited("lease_expires_at"))
+                .filter(due("lease_expires_at"))
                 .select_for_update(skip_locked=True)
                 .values_list("pk", flat=True)[: max(batch - len(runnable), 0)]
             )
             ids = runnable + expired
             if ids:
                 self._runs().filter(pk__in=ids).update(dispatched_at=now)
+        self.last_expired = [str(run) for run in expired]
         return [str(run) for run in ids]
 
     def purge_terminal_before(self, cutoff: datetime, batch: int) -> int:

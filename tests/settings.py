@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only-not-secret"
@@ -44,6 +45,7 @@ TEMPLATES = [
 ]
 
 TEST_DB = os.environ.get("WEFT_TEST_DB", "postgres")
+DATABASES: dict[str, dict[str, Any]]
 if TEST_DB == "sqlite":
     _sqlite_dir = Path(os.environ.get("WEFT_TEST_SQLITE_DIR", tempfile.gettempdir()))
     DATABASES = {
@@ -70,6 +72,9 @@ else:
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),
             "TEST": {"NAME": os.environ.get("WEFT_TEST_PG_TEST_NAME", "test_weft")},
+            # Celery worker processes keep their connection between tasks, as a production
+            # deployment should (a new PostgreSQL backend per task costs more than the task).
+            "CONN_MAX_AGE": 60 if os.environ.get("WEFT_TEST_CELERY") == "1" else 0,
         }
     }
 
@@ -91,13 +96,14 @@ elif os.environ.get("WEFT_TEST_DISPATCHER"):
 CELERY_BROKER_URL = os.environ.get("WEFT_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_PREFETCH_MULTIPLIER = int(os.environ.get("WEFT_TEST_PREFETCH", "1"))
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60}
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"stamped": {"format": "%(asctime)s %(processName)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "stamped"}},
     "loggers": {
         "django_weft": {
             "handlers": ["console"],

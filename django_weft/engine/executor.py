@@ -145,6 +145,7 @@ class Engine:
         config = self.config()
         claimed = self.store.claim(run_id, self.engine_id, config.lease_ttl, config.takeover_grace)
         if claimed is None:
+            logger.debug("run %s: not claimable (owned, waiting, finished or unknown)", run_id)
             return TurnOutcome.NOT_CLAIMED
         with self._lock:
             self._held[run_id] = claimed.epoch

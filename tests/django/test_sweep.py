@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -87,3 +88,15 @@ def test_a_turn_dispatched_at_the_timer_fires_it_itself() -> None:
     # No sweep has run: the claim fires the due timer and claims in one transaction.
     assert make_engine().run_turn(run_id) == "completed"
     assert Timer.objects.get(run_id=run_id).fired_at is not None
+
+
+def test_redispatch_backs_off_for_a_run_that_stays_unclaimed() -> None:
+    handle = client.start("tests.echo")
+    runs = WorkflowRun.objects.filter(pk=handle.run_id)
+    now = DjangoStore().db_now()
+    # Runnable for 100 s and last sent 30 s ago, when it had already waited 70 s: the
+    # next copy waits until as long has passed since then (a lagging cluster is not flooded).
+    runs.update(ready_at=now - timedelta(seconds=100), dispatched_at=now - timedelta(seconds=30))
+    assert tick(LocalDispatcher()).run_ids == []
+    runs.update(dispatched_at=now - timedelta(seconds=60))  # it had waited 40 s, 60 s ago
+    assert tick(LocalDispatcher()).run_ids == [handle.run_id]

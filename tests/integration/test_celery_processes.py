@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.test import override_settings
 
 from django_weft import client
 from django_weft.models import Step, Timer, WorkflowRun
@@ -42,10 +43,11 @@ def wait_all_completed(cluster: CeleryCluster, run_ids: list[str], timeout: floa
 def test_kill_9_of_a_worker_mid_run_is_recovered_within_the_lease_bound(
     celery_cluster: CeleryCluster,
 ) -> None:
-    # The survivor has room to spare, so what is measured is detection and takeover, not
-    # the wait in a saturated queue (which adds to recovery on a busy cluster).
-    victim = celery_cluster.worker(concurrency=4)
-    survivor = celery_cluster.worker(concurrency=8)
+    # The bound is lease expiry (at most TTL after the kill: the last renewal came before
+    # it), the takeover grace and a sweep; the sweep drives a takeover itself, so it does
+    # not wait behind the queue of a busy worker.
+    victim = celery_cluster.worker(concurrency=3)
+    survivor = celery_cluster.worker(concurrency=6)
     celery_cluster.beat()
     for process in (victim, survivor):
         process.wait_ready()
@@ -60,12 +62,21 @@ def test_kill_9_of_a_worker_mid_run_is_recovered_within_the_lease_bound(
         owned = WorkflowRun.objects.filter(pk__in=runs, owner_id__isnull=False).values_list("pk", "owner_id")
         return {str(pk): owner for pk, owner in owned if owner.split(":")[1] in pool}
 
-    wait_for(lambda: len(victims()) >= 2, 30, "the victim worker to drive runs", interval=0.01)
+    wait_for(lambda: len(victims()) >= 2, 30, "the victim worker to drive runs", interval=0.005)
     held = victims()
     victim.kill()
     killed_at = store.db_now()
+    # A turn that finished between the look and the kill left nothing to take over.
+    still = WorkflowRun.objects.filter(pk__in=list(held)).values_list("pk", "owner_id")
+    held = {str(pk): owner for pk, owner in still if owner == held[str(pk)]}
+    assert held, "the victim's turns all finished before the kill; nothing to take over"
+    leases = {
+        str(pk): lease
+        for pk, lease in WorkflowRun.objects.filter(pk__in=list(held)).values_list("pk", "lease_expires_at")
+    }
     # When did another engine first claim each run the dead worker held?
     recovered: dict[str, float] = {}
+    breakdown: dict[str, str] = {}
     deadline = time.monotonic() + 30
     while len(recovered) < len(held) and time.monotonic() < deadline:
         rows = WorkflowRun.objects.filter(pk__in=list(held)).values_list(
@@ -76,6 +87,10 @@ def test_kill_9_of_a_worker_mid_run_is_recovered_within_the_lease_bound(
                 continue
             if claimed_at and claimed_at > killed_at and owner != held[str(pk)]:
                 recovered[str(pk)] = (claimed_at - killed_at).total_seconds()
+                expiry = (leases[str(pk)] - killed_at).total_seconds()
+                breakdown[str(pk)] = (
+                    f"lease ran out {expiry:.2f} s after the kill, claimed at {recovered[str(pk)]:.2f} s"
+                )
             elif status == "completed":
                 raise AssertionError(f"run {pk} completed without a recorded takeover")
         time.sleep(0.02)
@@ -87,7 +102,9 @@ def test_kill_9_of_a_worker_mid_run_is_recovered_within_the_lease_bound(
     bound = settings.WEFT_LEASE_TTL + 2 * settings.WEFT_LEASE_RENEW_INTERVAL + 2 * settings.WEFT_TICK_INTERVAL
     worst = max(recovered.values())
     print(f"\nkill -9 recovery of {len(held)} runs: worst {worst:.2f} s, bound {bound:.2f} s")
-    assert worst <= bound, f"recovery took {worst:.2f} s; bound {bound:.2f} s ({recovered})"
+    for line in breakdown.values():
+        print(f"  {line}")
+    assert worst <= bound, f"recovery took {worst:.2f} s; bound {bound:.2f} s: {breakdown}"
     # Every step recorded exactly once; only a step in flight at the kill ran twice.
     assert Step.objects.filter(run_id__in=runs).count() == 50 * 11
     executions = Counter(SideEffect.objects.filter(key__startswith="k").values_list("key", flat=True))
@@ -115,7 +132,6 @@ def test_every_run_completes_after_the_broker_was_down_for_10_s(tmp_path: Path) 
 
     redis_process = start_redis()
     cluster = CeleryCluster(tmp_path, url, celery_env(url))
-    from django.test import override_settings
 
     from django_weft.dispatch import _instantiate
 
@@ -140,10 +156,22 @@ def test_every_run_completes_after_the_broker_was_down_for_10_s(tmp_path: Path) 
             # including the wake-ups of the sleeping runs.
             redis_process.kill()
             redis_process.wait(10)
-            time.sleep(10)
+            # Celery 5.7 / kombu 5.7 workers holding unacknowledged messages may exit on the
+            # lost connection ("Unrecoverable error"); in production a supervisor (systemd,
+            # Kubernetes) starts them again, and so does this loop, as soon as they exit.
+            restarts = 0
+            outage_ends = time.monotonic() + 10
+            while time.monotonic() < outage_ends or redis_process.poll() is not None:
+                if time.monotonic() >= outage_ends:
+                    redis_process = start_redis()
+                for index, worker in enumerate(workers):
+                    if worker.process.poll() is not None:
+                        workers[index] = cluster.worker(concurrency=4)
+                        restarts += 1
+                time.sleep(0.2)
             assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == 0
-            redis_process = start_redis()
             wait_all_completed(cluster, runs, 60)
+            print(f"\nbroker down 10 s: all 20 runs completed ({restarts} worker restarts)")
     finally:
         cluster.stop()
         redis_process.kill()
@@ -165,7 +193,6 @@ def test_duplicate_deliveries_of_every_message_record_nothing_twice(celery_clust
     celery_cluster.beat(**doubling)
     for worker in workers:
         worker.wait_ready()
-    from django.test import override_settings
 
     from django_weft.dispatch import _instantiate
 
@@ -231,9 +258,9 @@ def test_a_worker_killed_mid_activity_leads_to_a_retry_on_another_worker(
         30,
         "the attempt to start",
     )
+    first.kill()
     second = celery_cluster.worker(concurrency=2)
     second.wait_ready()
-    first.kill()
     # The dead worker's attempt is lost when its lease runs out; attempt 2 runs on the other.
     assert handle.result(timeout=60) == 2
     assert SideEffect.objects.filter(key="midact").count() == 2

@@ -62,7 +62,8 @@ class CeleryDispatcher:
     def _send(self, task: Any, args: tuple[Any, ...], options: dict[str, Any]) -> None:
         def publish() -> None:
             try:
-                task.apply_async(args, retry=True, retry_policy=_PUBLISH_RETRY, **options)
+                sent = task.apply_async(args, retry=True, retry_policy=_PUBLISH_RETRY, **options)
+                logger.debug("sent %s%r as %s", task.name, args, sent.id)
             except Exception as exc:
                 logger.warning("could not send %s%r (%s); the sweep sends it again", task.name, args, exc)
 

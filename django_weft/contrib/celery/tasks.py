@@ -34,10 +34,23 @@ def run_activity(run_id: str, seq: int, attempt: int) -> str:
     return str(runtime.run_activity(run_id, int(seq), int(attempt)))
 
 
+#: Takeovers a tick drives itself, in its own process, before it returns.
+TICK_LOCAL_TAKEOVERS = 10
+
+
 @shared_task(name=TICK_TASK, ignore_result=True, serializer="json")
 def tick() -> dict[str, int]:
-    """The sweep: fire due timers, dispatch runnable runs and expired leases."""
+    """The sweep: fire due timers, dispatch runnable runs and expired leases.
+
+    Runs whose worker died are also driven right here (up to ``TICK_LOCAL_TAKEOVERS``),
+    racing their queued messages: recovery then does not wait behind a busy queue. The
+    claim decides who drives each run; the loser's attempt is a no-op."""
     report = runtime.tick()
     if report.fired or report.dispatched:
         logger.info("tick: fired %d timers, dispatched %d runs", report.fired, report.dispatched)
+    if report.taken_over:
+        ensure_heartbeat()
+        for run_id in report.taken_over[:TICK_LOCAL_TAKEOVERS]:
+            outcome = runtime.run_turn(run_id)
+            logger.info("tick: took over run %s (%s)", run_id, outcome)
     return {"fired": report.fired, "dispatched": report.dispatched, "purged": report.purged}

@@ -1,0 +1,1 @@
+"""The Django project and Celery app of ``benchmarks/celery_throughput.py``."""

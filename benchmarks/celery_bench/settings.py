@@ -1,0 +1,38 @@
+"""Settings of the Celery throughput benchmark (its own database and Redis database)."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "benchmark-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_weft",
+    "django_weft.contrib.celery",
+    "benchmarks.celery_bench",
+]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("WEFT_BENCH_DB", "weft_celery_bench"),
+        "USER": os.environ.get("PGUSER", "postgres"),
+        "PASSWORD": os.environ.get("PGPASSWORD", ""),
+        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+        "PORT": os.environ.get("PGPORT", "5432"),
+        "CONN_MAX_AGE": None,
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING_CONFIG = None
+
+CELERY_BROKER_URL = os.environ.get("WEFT_BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_REDIRECT_STDOUTS = False
+
+# Production-like defaults (DESIGN §7), with the sweep every second.
+WEFT_TICK_INTERVAL = 1
