@@ -79,6 +79,23 @@ def _json(value: Any) -> Any:
     return codec.loads(value) if isinstance(value, str | bytes) else value
 
 
+def _step_record(row: Any) -> StepRecord:
+    """A :class:`StepRecord` from ``seq, kind, name, status, result, error, attempt,
+    started_at, finished_at`` columns."""
+    seq, kind, name, status, result, error, attempt, started, finished = row
+    return StepRecord(
+        seq=seq,
+        kind=kind,
+        name=name,
+        status=status,
+        result=_json(result),
+        error=_json(error),
+        attempt=attempt,
+        started_at=_aware(started) if started is not None else None,
+        finished_at=_aware(finished) if finished is not None else None,
+    )
+
+
 def _deposed(run_id: str, owner: str, epoch: int, what: str) -> Deposed:
     return Deposed(
         f"run {run_id}: {what} rejected, engine {owner} no longer owns it at epoch {epoch}",
@@ -131,12 +148,23 @@ class DjangoStore:
 
     def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
         """Claim a runnable run, or take over one whose lease expired more than ``grace``
-        seconds ago. A waiting run whose timer is due is woken and claimed at once."""
-        row = self._claim_runnable(run_id, owner, ttl, grace)
+        seconds ago. A waiting run whose timer is due is woken and claimed at once.
+
+        On PostgreSQL the claim and the read of the run's history are one statement."""
+        steps: dict[int, StepRecord] | None = None
+        if self.is_postgres:
+            row, steps = self._claim_runnable_with_steps(run_id, owner, ttl, grace)
+        else:
+            row = self._claim_runnable(run_id, owner, ttl, grace)
         if row is None:
-            row = self._claim_woken(run_id, owner, ttl)
+            # Not runnable: only a waiting or delayed run can still be claimed (woken by a
+            # due timer). A cheap unlocked look first spares the transaction in the
+            # common case of a duplicate delivery for a run that is owned or finished.
+            if self._runs().filter(pk=run_id, status__in=[RunStatus.WAITING, RunStatus.PENDING]).exists():
+                row = self._claim_woken(run_id, owner, ttl)
             if row is None:
                 return None
+            steps = None
         workflow_id, name, args, kwargs, epoch, attempt, created_at, db_now = row
         return ClaimedRun(
             run_id=str(run_id),
@@ -148,39 +176,59 @@ class DjangoStore:
             attempt=int(attempt),
             created_at=_aware(created_at),
             db_now=_aware(db_now),
-            steps=self.load_steps(run_id),
+            steps=steps if steps is not None else self.load_steps(run_id),
         )
 
+    def _claim_runnable_with_steps(
+        self, run_id: str, owner: str, ttl: float, grace: float
+    ) -> tuple[Any, dict[int, StepRecord]]:
+        """PostgreSQL: the conditional claim ``UPDATE`` in a CTE, joined with the run's
+        steps, so a turn starts with one round trip. The run's own columns come with the
+        first row only (a long history does not repeat large arguments)."""
+        sql = (
+            f"WITH claimed AS (UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+            "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
+            "waiting_on = NULL, updated_at = now() "
+            "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
+            "lease_expires_at < now() - %(grace)s * interval '1 second') "
+            "RETURNING id, workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at) "
+            "SELECT c.workflow_id, c.workflow_name, "
+            "CASE WHEN row_number() OVER (ORDER BY s.seq) = 1 THEN c.args END, "
+            "CASE WHEN row_number() OVER (ORDER BY s.seq) = 1 THEN c.kwargs END, "
+            "c.owner_epoch, c.attempt, c.created_at, now(), "
+            "s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempt, s.started_at, s.finished_at "
+            f"FROM claimed c LEFT JOIN {STEP_TABLE} s ON s.run_id = c.id ORDER BY s.seq"
+        )
+        params = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        if not rows:
+            return None, {}
+        steps: dict[int, StepRecord] = {}
+        for row in rows:
+            if row[8] is not None:
+                steps[row[8]] = _step_record(row[8:])
+        return rows[0][:8], steps
+
     def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> Any:
-        # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
-        # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
-        returning = "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at"
-        if self.is_postgres:
-            sql = (
-                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-                "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
-                "waiting_on = NULL, updated_at = now() "
-                "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
-                "lease_expires_at < now() - %(grace)s * interval '1 second') "
-                f"{returning}, now()"
-            )
-            params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
-        else:
-            now = timezone.now()
-            sql = (
-                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-                "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
-                "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
-                "(owner_id IS NULL OR lease_expires_at < %(cutoff)s) "
-                f"{returning}, %(now)s"
-            )
-            params = {
-                "owner": owner,
-                "id": self._run_key(run_id),
-                "now": self._dt(now),
-                "until": self._dt(now + timedelta(seconds=ttl)),
-                "cutoff": self._dt(now - timedelta(seconds=grace)),
-            }
+        # SQLite: one conditional UPDATE under the single writer, so two claimers serialise
+        # and the second sees the first's owner. owner_epoch + 1 mints the fencing token.
+        now = timezone.now()
+        sql = (
+            f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+            "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
+            "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
+            "(owner_id IS NULL OR lease_expires_at < %(cutoff)s) "
+            "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, %(now)s"
+        )
+        params = {
+            "owner": owner,
+            "id": self._run_key(run_id),
+            "now": self._dt(now),
+            "until": self._dt(now + timedelta(seconds=ttl)),
+            "cutoff": self._dt(now - timedelta(seconds=grace)),
+        }
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()
@@ -241,22 +289,9 @@ class DjangoStore:
             "SELECT seq, kind, name, status, result, error, attempt, started_at, finished_at "
             f"FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
         )
-        steps: dict[int, StepRecord] = {}
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"id": self._run_key(run_id)})
-            for seq, kind, name, status, result, error, attempt, started, finished in cursor.fetchall():
-                steps[seq] = StepRecord(
-                    seq=seq,
-                    kind=kind,
-                    name=name,
-                    status=status,
-                    result=_json(result),
-                    error=_json(error),
-                    attempt=attempt,
-                    started_at=_aware(started) if started is not None else None,
-                    finished_at=_aware(finished) if finished is not None else None,
-                )
-        return steps
+            return {row[0]: _step_record(row) for row in cursor.fetchall()}
 
     # -- fenced writes -----------------------------------------------------------------
 

@@ -31,6 +31,9 @@ LOGGING_CONFIG = None
 
 CELERY_BROKER_URL = os.environ.get("WEFT_BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
 CELERY_TASK_IGNORE_RESULT = True
+# Celery's Django fixup closes every database connection before and after each task unless
+# this is set; reconnecting costs more than a turn (see docs/how-to/deploy-with-celery.md).
+CELERY_DB_REUSE_MAX = 1000
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_REDIRECT_STDOUTS = False
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import connections, models
 from django.db.models import Q
 
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
@@ -35,6 +35,17 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
         return self.runnable().filter(
             Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - timedelta(seconds=redispatch_after))
         )
+
+    def search(self, **attributes: Any) -> WorkflowRunQuerySet:
+        """Runs whose search attributes contain ``attributes`` (JSON containment).
+
+        On PostgreSQL this uses the partial GIN index on non-empty search attributes."""
+        if not attributes:
+            return self
+        if connections[self.db].vendor != "postgresql":
+            # SQLite has no JSON containment: compare key by key.
+            return self.filter(**{f"search_attributes__{key}": value for key, value in attributes.items()})
+        return self.filter(search_attributes__contains=attributes).exclude(search_attributes={})
 
     def for_workflow_id(self, workflow_id: str) -> WorkflowRunQuerySet:
         return self.filter(workflow_id=workflow_id).order_by("-created_at")

@@ -35,7 +35,9 @@ class WorkflowRun(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow_id = models.CharField(max_length=WORKFLOW_ID_MAX_LENGTH)
-    workflow_name = models.CharField(max_length=200, db_index=True)
+    # Indexed with created_at below; no single-column index (and no LIKE index): every
+    # index is written on each change of the run row.
+    workflow_name = models.CharField(max_length=200)
     workflow_version = models.CharField(max_length=50, blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     args = models.JSONField(default=list, blank=True)
@@ -46,7 +48,12 @@ class WorkflowRun(models.Model):
         max_length=16, choices=FailureCategories.choices, blank=True, default=""
     )
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        db_index=False,  # a partial index below: most runs have no parent
     )
     search_attributes = models.JSONField(default=dict, blank=True)
     attempt = models.PositiveIntegerField(default=1)
@@ -90,6 +97,8 @@ class WorkflowRun(models.Model):
         indexes: ClassVar = [
             models.Index(fields=["workflow_id", "-created_at"], name="weft_run_wfid_created"),
             models.Index(fields=["status", "-created_at"], name="weft_run_status_created"),
+            models.Index(fields=["workflow_name", "-created_at"], name="weft_run_name_created"),
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="weft_run_parent"),
             models.Index(
                 fields=["ready_at"],
                 condition=Q(status=RunStatus.RUNNING, owner_id__isnull=True),

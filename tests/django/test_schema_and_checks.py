@@ -5,6 +5,7 @@ from io import StringIO
 import pytest
 from django.core.checks import run_checks
 from django.core.management import call_command
+from django.db import connection
 from django.test import override_settings
 
 
@@ -44,3 +45,21 @@ def test_default_test_settings_pass_the_checks() -> None:
 @pytest.mark.django_db
 def test_bad_settings_are_reported(settings: dict[str, object], check_id: str) -> None:
     assert check_id in ids(**settings)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_search_filters_by_contained_attributes_and_uses_the_partial_gin_on_postgres() -> None:
+    from django_weft import client
+    from django_weft.models import WorkflowRun
+
+    tagged = client.start("tests.echo", search_attributes={"customer": 7, "tier": "gold"})
+    client.start("tests.echo", search_attributes={"customer": 8})
+    client.start("tests.echo")
+    found = WorkflowRun.objects.search(customer=7)
+    assert [str(run.pk) for run in found] == [tagged.run_id]
+    assert WorkflowRun.objects.search().count() == 3
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'weft_run_search_attrs_gin'")
+            (definition,) = cursor.fetchone()
+        assert "WHERE (search_attributes <> '{}'::jsonb)" in definition
