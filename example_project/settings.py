@@ -129,6 +129,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True  # workflow results live in the database
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_DB_REUSE_MAX = 1000  # keep database connections between tasks
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []  # the demo user is admin/admin
 
