@@ -266,3 +266,15 @@ def test_a_worker_killed_mid_activity_leads_to_a_retry_on_another_worker(
     assert SideEffect.objects.filter(key="midact").count() == 2
     recorded = Step.objects.get(run_id=handle.run_id, kind="activity")
     assert (recorded.status, recorded.attempt) == ("completed", 2)
+
+
+def test_an_activity_timeout_is_the_tasks_soft_time_limit(celery_cluster: CeleryCluster) -> None:
+    worker = celery_cluster.worker(concurrency=2)
+    celery_cluster.beat()
+    worker.wait_ready()
+    started = time.monotonic()
+    handle = client.start("tests.q.overrun", args=["overrun"])
+    outcome = handle.result(timeout=30)
+    assert outcome.startswith("caught activity tests.q.overrun failed after 1 attempt(s): ")
+    assert "SoftTimeLimitExceeded" in outcome
+    assert time.monotonic() - started < 6  # the 8 s body was cut off at its 1 s timeout

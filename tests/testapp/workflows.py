@@ -397,3 +397,18 @@ def queued_sleep_retry(key: str, seconds: float) -> int:
 @workflow(name="tests.q.long_activity")
 def queued_long_activity(ctx: Any, key: str, seconds: float) -> int:
     return int(ctx.run(queued_sleep_retry, key, seconds))
+
+
+@activity(name="tests.q.overrun", queue="tests", retry=NO_RETRY, timeout=1)
+def queued_overrun(key: str) -> str:
+    SideEffect.objects.create(key=key)
+    time.sleep(8)
+    return "finished"
+
+
+@workflow(name="tests.q.overrun")
+def queued_overrun_wf(ctx: Any, key: str) -> str:
+    try:
+        return str(ctx.run(queued_overrun, key))
+    except Exception as exc:
+        return f"caught {exc}"
