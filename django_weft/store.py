@@ -150,12 +150,10 @@ class DjangoStore:
         """Claim a runnable run, or take over one whose lease expired more than ``grace``
         seconds ago. A waiting run whose timer is due is woken and claimed at once.
 
-        On PostgreSQL the claim and the read of the run's history are one statement."""
-        steps: dict[int, StepRecord] | None = None
-        if self.is_postgres:
-            row, steps = self._claim_runnable_with_steps(run_id, owner, ttl, grace)
-        else:
-            row = self._claim_runnable(run_id, owner, ttl, grace)
+        The history is read by a statement of its own *after* the claim: a claim that
+        waited for the row lock of a previous owner must see that owner's last commits,
+        which a read in the claiming statement (one snapshot) would miss."""
+        row = self._claim_runnable(run_id, owner, ttl, grace)
         if row is None:
             # Not runnable: only a waiting or delayed run can still be claimed (woken by a
             # due timer). A cheap unlocked look first spares the transaction in the
@@ -164,7 +162,6 @@ class DjangoStore:
                 row = self._claim_woken(run_id, owner, ttl)
             if row is None:
                 return None
-            steps = None
         workflow_id, name, args, kwargs, epoch, attempt, created_at, db_now = row
         return ClaimedRun(
             run_id=str(run_id),
@@ -176,59 +173,39 @@ class DjangoStore:
             attempt=int(attempt),
             created_at=_aware(created_at),
             db_now=_aware(db_now),
-            steps=steps if steps is not None else self.load_steps(run_id),
+            steps=self.load_steps(run_id),
         )
-
-    def _claim_runnable_with_steps(
-        self, run_id: str, owner: str, ttl: float, grace: float
-    ) -> tuple[Any, dict[int, StepRecord]]:
-        """PostgreSQL: the conditional claim ``UPDATE`` in a CTE, joined with the run's
-        steps, so a turn starts with one round trip. The run's own columns come with the
-        first row only (a long history does not repeat large arguments)."""
-        sql = (
-            f"WITH claimed AS (UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-            "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
-            "waiting_on = NULL, updated_at = now() "
-            "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
-            "lease_expires_at < now() - %(grace)s * interval '1 second') "
-            "RETURNING id, workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at) "
-            "SELECT c.workflow_id, c.workflow_name, "
-            "CASE WHEN row_number() OVER (ORDER BY s.seq) = 1 THEN c.args END, "
-            "CASE WHEN row_number() OVER (ORDER BY s.seq) = 1 THEN c.kwargs END, "
-            "c.owner_epoch, c.attempt, c.created_at, now(), "
-            "s.seq, s.kind, s.name, s.status, s.result, s.error, s.attempt, s.started_at, s.finished_at "
-            f"FROM claimed c LEFT JOIN {STEP_TABLE} s ON s.run_id = c.id ORDER BY s.seq"
-        )
-        params = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        if not rows:
-            return None, {}
-        steps: dict[int, StepRecord] = {}
-        for row in rows:
-            if row[8] is not None:
-                steps[row[8]] = _step_record(row[8:])
-        return rows[0][:8], steps
 
     def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> Any:
-        # SQLite: one conditional UPDATE under the single writer, so two claimers serialise
-        # and the second sees the first's owner. owner_epoch + 1 mints the fencing token.
-        now = timezone.now()
-        sql = (
-            f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-            "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
-            "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
-            "(owner_id IS NULL OR lease_expires_at < %(cutoff)s) "
-            "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, %(now)s"
-        )
-        params = {
-            "owner": owner,
-            "id": self._run_key(run_id),
-            "now": self._dt(now),
-            "until": self._dt(now + timedelta(seconds=ttl)),
-            "cutoff": self._dt(now - timedelta(seconds=grace)),
-        }
+        # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
+        # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
+        returning = "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at"
+        if self.is_postgres:
+            sql = (
+                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
+                "waiting_on = NULL, updated_at = now() "
+                "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
+                "lease_expires_at < now() - %(grace)s * interval '1 second') "
+                f"{returning}, now()"
+            )
+            params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
+        else:
+            now = timezone.now()
+            sql = (
+                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
+                "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
+                "(owner_id IS NULL OR lease_expires_at < %(cutoff)s) "
+                f"{returning}, %(now)s"
+            )
+            params = {
+                "owner": owner,
+                "id": self._run_key(run_id),
+                "now": self._dt(now),
+                "until": self._dt(now + timedelta(seconds=ttl)),
+                "cutoff": self._dt(now - timedelta(seconds=grace)),
+            }
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()
@@ -459,22 +436,32 @@ class DjangoStore:
         return False
 
     def _wait_satisfied(self, run_id: str, waiting_on: dict[str, Any] | None) -> bool:
-        """Whether a run waiting on queued activities needs a turn now: for ``any``, one
-        of them finished; for ``all``, none is pending, or an attempt failed or was lost
-        (the workflow decides on the retry)."""
-        if not waiting_on or waiting_on.get("kind") != "activities":
+        """Whether a parked run needs a turn now because of its queued activities: for a
+        wait on ``any`` of them, one finished; for ``all``, none is pending, or an attempt
+        failed or was lost (the workflow decides on the retry). An attempt that failed or
+        was lost among the activities started but not waited for (``background``) counts
+        too, whatever the run waits for."""
+        if not waiting_on:
             return False
-        statuses = list(
+        waiting_for_activities = waiting_on.get("kind") == "activities"
+        seqs = list(waiting_on.get("seqs") or []) if waiting_for_activities else []
+        background = list(waiting_on.get("background") or [])
+        if not seqs and not background:
+            return False
+        status_of = dict(
             Step.objects.using(self.alias)
-            .filter(run_id=uuid.UUID(str(run_id)), seq__in=waiting_on.get("seqs") or [])
-            .values_list("status", flat=True)
+            .filter(run_id=uuid.UUID(str(run_id)), seq__in=seqs + background)
+            .values_list("seq", "status")
         )
-        pending = [status in PENDING_STEP_STATUSES for status in statuses]
+        needs_decision = (StepStatus.ATTEMPT_FAILED, StepStatus.LOST)
+        if any(status_of.get(seq) in needs_decision for seq in background):
+            return True
+        if not waiting_for_activities:
+            return False
+        pending = [status_of.get(seq) in PENDING_STEP_STATUSES for seq in seqs]
         if waiting_on.get("mode") == "any":
             return not all(pending)
-        return not any(pending) or any(
-            status in (StepStatus.ATTEMPT_FAILED, StepStatus.LOST) for status in statuses
-        )
+        return not any(pending) or any(status_of.get(seq) in needs_decision for seq in seqs)
 
     # -- queued activities -------------------------------------------------------------
 
@@ -572,16 +559,32 @@ class DjangoStore:
         return True, woken
 
     def renew_activities(self, attempts: Iterable[tuple[str, int, int]], ttl: float) -> None:
-        """Extend the leases (activity timers) of attempts this process is running."""
+        """Extend the leases (activity timers) of attempts this process is running.
+
+        Only an attempt that is still current and started is renewed: a worker that comes
+        back from a stall after its attempt was lost and retried must not keep the new
+        attempt's deadline away. Rows locked right now are skipped (renewed next time)."""
         condition = Q()
-        for run_id, seq, _attempt in attempts:
-            condition |= Q(run_id=uuid.UUID(str(run_id)), seq=seq)
+        for run_id, seq, attempt in attempts:
+            condition |= Q(
+                run_id=uuid.UUID(str(run_id)),
+                seq=seq,
+                run__steps__seq=seq,
+                run__steps__attempt=attempt,
+                run__steps__status=StepStatus.STARTED,
+            )
         if not condition:
             return
-        until = self.db_now() + timedelta(seconds=ttl)
-        Timer.objects.using(self.alias).filter(condition, kind=TimerKind.ACTIVITY).unfired().update(
-            fire_at=until
-        )
+        timers = Timer.objects.using(self.alias)
+        with transaction.atomic(using=self.alias):
+            until = self.db_now() + timedelta(seconds=ttl)
+            ids = list(
+                timers.filter(condition, kind=TimerKind.ACTIVITY, fired_at__isnull=True)
+                .select_for_update(skip_locked=True, of=("self",))
+                .values_list("pk", flat=True)
+            )
+            if ids:
+                timers.filter(pk__in=ids).update(fire_at=until)
 
     def _lose_attempts(self, fired: Iterable[tuple[Any, int]], now: datetime) -> None:
         """Mark the queued attempts whose activity timer fired as lost: never started

@@ -194,6 +194,7 @@ class WorkflowContext:
         self._unwinding: _Unwind | None = None
         # Retry timers of started activities nobody waits for yet; every park writes them.
         self._background_timers: list[TimerWrite] = []
+        self._queued_handles: list[ActivityHandle[Any]] = []
         self._fatal: NonDeterminismError | None = None
         self.info = WorkflowInfo(
             run_id=claimed.run_id,
@@ -274,6 +275,16 @@ class WorkflowContext:
         )
 
     def _park(self, waiting_on: dict[str, Any], steps: list[StepWrite], timers: list[TimerWrite]) -> Any:
+        # Queued activities started but not waited for here: a failed or lost attempt of
+        # one of them must still wake the run, so the workflow can retry it in time.
+        waited = set(waiting_on.get("seqs") or []) if waiting_on.get("kind") == "activities" else set()
+        background = sorted(
+            handle.seq
+            for handle in self._queued_handles
+            if handle._outcome is None and handle.seq not in waited
+        )
+        if background:
+            waiting_on = {**waiting_on, "background": background}
         keys = {(timer.seq, timer.kind) for timer in timers}
         timers = timers + [t for t in self._background_timers if (t.seq, t.kind) not in keys]
         self._unwinding = Park(waiting_on, steps, timers)
@@ -486,6 +497,7 @@ class WorkflowContext:
             return handle
         seq, recorded = self._next(StepKind.ACTIVITY, act.name)
         handle = ActivityHandle(self, act, seq, args_json)
+        self._queued_handles.append(handle)
         if recorded is None:
             self._schedule(act, seq, 1, args_json, dispatches=1)
         else:

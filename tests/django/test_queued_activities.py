@@ -249,3 +249,40 @@ def test_activities_of_a_finished_run_are_not_run() -> None:
     assert run_activity(handle.run_id, 0, 1) == ActivityOutcome.SKIPPED
     assert run_queued_activities(handle.run_id) == 1  # still scheduled, and skipped again
     assert executions("finished:slow") == 0
+
+
+def test_a_stale_attempts_heartbeat_does_not_extend_the_next_attempts_deadline() -> None:
+    handle = client.start("tests.q.flaky", args=["staleheart", 0])
+    engine = make_engine()
+    engine.run_turn(handle.run_id)
+    store = DjangoStore()
+    store.start_activity(handle.run_id, 0, 1, ttl=0.05)
+    time.sleep(0.1)
+    tick()  # attempt 1 is lost
+    engine.run_turn(handle.run_id)  # retrying, on a 0.05 s retry timer
+    time.sleep(0.1)
+    tick()
+    engine.run_turn(handle.run_id)  # attempt 2 scheduled
+    assert (step(handle.run_id, 0).status, step(handle.run_id, 0).attempt) == ("scheduled", 2)
+    deadline = Timer.objects.get(run_id=handle.run_id, kind="activity").fire_at
+    # The worker of attempt 1 was only stalled; its heartbeat comes back.
+    store.renew_activities([(handle.run_id, 0, 1)], ttl=600)
+    assert Timer.objects.get(run_id=handle.run_id, kind="activity").fire_at == deadline
+    assert drive(handle.run_id) == "completed"
+
+
+def test_a_failed_attempt_nobody_waits_for_yet_still_wakes_the_run_for_its_retry() -> None:
+    handle = client.start("tests.q.background", args=["bg"])
+    engine = make_engine()
+    engine.run_turn(handle.run_id)
+    assert run_row(handle.run_id).waiting_on["background"] == [0]  # parked on the sleep
+    assert run_activity(handle.run_id, 0, 1) == ActivityOutcome.FAILED
+    assert run_row(handle.run_id).status == "running"  # woken: the retry is decided now
+    engine.run_turn(handle.run_id)
+    assert step(handle.run_id, 0).status == "retrying"
+    time.sleep(0.1)
+    tick()  # the 0.05 s retry timer fires although the sleep has 30 s to go
+    engine.run_turn(handle.run_id)
+    assert (step(handle.run_id, 0).status, step(handle.run_id, 0).attempt) == ("scheduled", 2)
+    assert run_activity(handle.run_id, 0, 2) == ActivityOutcome.COMPLETED
+    assert run_row(handle.run_id).status == "waiting"  # a success it does not wait for: no wake

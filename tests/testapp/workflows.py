@@ -412,3 +412,11 @@ def queued_overrun_wf(ctx: Any, key: str) -> str:
         return str(ctx.run(queued_overrun, key))
     except Exception as exc:
         return f"caught {exc}"
+
+
+@workflow(name="tests.q.background")
+def queued_background(ctx: Any, key: str) -> int:
+    """Starts a queued activity, then sleeps long before waiting for it."""
+    handle = ctx.start(queued_flaky, key, 1)
+    ctx.sleep(30)
+    return int(handle.result())

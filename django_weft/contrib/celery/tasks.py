@@ -9,10 +9,12 @@ no-op), and so is a lost message: the database holds the work and the sweep find
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 
 from ... import runtime
+from ...conf import weft_settings
 from ...heartbeat import ensure_heartbeat
 from . import ACTIVITY_TASK, TICK_TASK, TURN_TASK
 
@@ -42,15 +44,21 @@ TICK_LOCAL_TAKEOVERS = 10
 def tick() -> dict[str, int]:
     """The sweep: fire due timers, dispatch runnable runs and expired leases.
 
-    Runs whose worker died are also driven right here (up to ``TICK_LOCAL_TAKEOVERS``),
-    racing their queued messages: recovery then does not wait behind a busy queue. The
-    claim decides who drives each run; the loser's attempt is a no-op."""
+    Runs whose worker died are also driven right here (up to ``TICK_LOCAL_TAKEOVERS``,
+    starting new ones for half a tick interval), racing their queued messages: recovery
+    then does not wait behind a busy queue. The claim decides who drives each run; the
+    loser's attempt is a no-op. Give this task no time limits shorter than a turn."""
     report = runtime.tick()
     if report.fired or report.dispatched:
         logger.info("tick: fired %d timers, dispatched %d runs", report.fired, report.dispatched)
     if report.taken_over:
         ensure_heartbeat()
+        # A budget, so a slow takeover does not hold up the next sweeps of this process:
+        # the runs not driven here are in the queue already.
+        budget_ends = time.monotonic() + weft_settings.TICK_INTERVAL / 2
         for run_id in report.taken_over[:TICK_LOCAL_TAKEOVERS]:
+            if time.monotonic() > budget_ends:
+                break
             outcome = runtime.run_turn(run_id)
             logger.info("tick: took over run %s (%s)", run_id, outcome)
     return {"fired": report.fired, "dispatched": report.dispatched, "purged": report.purged}
