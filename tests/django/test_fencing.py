@@ -206,3 +206,40 @@ def test_the_step_commit_is_a_server_side_prepared_statement() -> None:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         statements = [row[0] for row in cursor.fetchall()]
     assert any("django_weft_step" in statement for statement in statements)
+
+
+@pytest.mark.postgres
+def test_a_takeover_that_waited_for_the_row_lock_sees_the_previous_owners_last_step() -> None:
+    """The claim waits for the old owner's transaction; the history it loads must include
+    what that transaction committed, or the new owner would run the step again."""
+    from datetime import UTC, datetime
+
+    from django_weft.engine.records import StepWrite
+
+    handle = client.start("tests.echo")
+    store = DjangoStore()
+    old = store.claim(handle.run_id, "engine-old", 0.01, 0)
+    assert old is not None
+    inside, release = threading.Event(), threading.Event()
+
+    def body() -> StepWrite:
+        inside.set()
+        assert release.wait(10)
+        now = datetime.now(UTC)
+        return StepWrite(0, "activity", "tests.noop", "completed", None, "1", None, 1, now, now)
+
+    writer, _ = in_thread(
+        lambda: store.commit_step_atomic(handle.run_id, "engine-old", old.epoch, body), "old"
+    )
+    assert inside.wait(10)  # the old owner holds the run row; its lease has run out
+    claimed: dict[str, Any] = {}
+    taker, _ = in_thread(
+        lambda: claimed.setdefault("run", DjangoStore().claim(handle.run_id, "engine-new", 30, 0)), "new"
+    )
+    time.sleep(0.3)  # the claim is now waiting for the row lock
+    release.set()
+    writer.join(10)
+    taker.join(10)
+    run = claimed["run"]
+    assert run is not None and run.epoch == old.epoch + 1
+    assert list(run.steps) == [0]
