@@ -360,14 +360,17 @@ def tick(dispatcher: Any = None) -> TickReport:
     report = TickReport()
     report.fired = len(store.fire_due_timers(batch))
     if delivers(dispatcher):
-        ids = store.claim_dispatch_batch(batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE)
+        runnable, expired = store.claim_dispatch_batch(
+            batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE
+        )
+        ids = runnable + expired
         for run_id in ids:
             dispatcher.dispatch_turn(run_id)
         if ids:
             logger.debug("tick: dispatched %s", ", ".join(ids))
         report.dispatched = len(ids)
         report.run_ids = ids
-        report.taken_over = store.last_expired
+        report.taken_over = expired
     retention = weft_settings.RETENTION
     if retention is not None and time.monotonic() - _last_purge[0] > 60:
         _last_purge[0] = time.monotonic()

@@ -110,8 +110,6 @@ class DjangoStore:
 
     def __init__(self, alias: str | None = None) -> None:
         self._alias = alias
-        self.last_expired: list[str] = []
-        """The expired-lease runs among the last :meth:`claim_dispatch_batch` result."""
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -473,6 +471,17 @@ class DjangoStore:
             self._write_step(cursor, run_id, owner, epoch, step)
             self._write_timers(cursor, run_id, [timer], step.started_at)
 
+    def _lock_active_run(self, key: uuid.UUID, *fields: str) -> dict[str, Any] | None:
+        """Lock a running or waiting run's row (first, as every writer does) and read
+        ``fields``; ``None`` if the run is gone, finished or suspended."""
+        return (
+            self._runs()
+            .select_for_update()
+            .filter(pk=key, status__in=[RunStatus.RUNNING, RunStatus.WAITING])
+            .values(*fields)
+            .first()
+        )
+
     def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> dict[str, Any] | None:
         """Take attempt ``attempt`` of the queued activity at ``seq`` for execution.
 
@@ -482,13 +491,7 @@ class DjangoStore:
         attempt or a run that is no longer active."""
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.alias):
-            run = (
-                self._runs()
-                .select_for_update()
-                .filter(pk=key, status__in=[RunStatus.RUNNING, RunStatus.WAITING])
-                .values("workflow_id", "workflow_name")
-                .first()
-            )
+            run = self._lock_active_run(key, "workflow_id", "workflow_name")
             if run is None:
                 return None
             now = self.db_now()
@@ -525,13 +528,7 @@ class DjangoStore:
         confirmed and returns ``(status, result_json, error_json)``."""
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.alias):
-            run = (
-                self._runs()
-                .select_for_update()
-                .filter(pk=key, status__in=[RunStatus.RUNNING, RunStatus.WAITING])
-                .values("status", "waiting_on")
-                .first()
-            )
+            run = self._lock_active_run(key, "status", "waiting_on")
             if run is None:
                 return False, False
             steps = Step.objects.using(self.alias).filter(
@@ -799,9 +796,12 @@ class DjangoStore:
                 )
         return [str(run) for run in woken]
 
-    def claim_dispatch_batch(self, batch: int, redispatch_after: float, grace: float) -> list[str]:
+    def claim_dispatch_batch(
+        self, batch: int, redispatch_after: float, grace: float
+    ) -> tuple[list[str], list[str]]:
         """Runnable runs and expired leases that nobody dispatched recently; marks them
-        dispatched (so concurrent sweepers do not both send them) and returns their ids.
+        dispatched (so concurrent sweepers do not both send them) and returns the ids of
+        both, runnable first.
 
         A run whose dispatch has not led to a claim is sent again after
         ``redispatch_after``, and then at growing intervals: a run is re-sent only once
@@ -843,8 +843,7 @@ class DjangoStore:
             ids = runnable + expired
             if ids:
                 self._runs().filter(pk__in=ids).update(dispatched_at=now)
-        self.last_expired = [str(run) for run in expired]
-        return [str(run) for run in ids]
+        return [str(run) for run in runnable], [str(run) for run in expired]
 
     def purge_terminal_before(self, cutoff: datetime, batch: int) -> int:
         """Delete up to ``batch`` terminal runs last updated before ``cutoff``."""

@@ -623,36 +623,36 @@ class WorkflowContext:
         error.pop("started", None)
         if retryable and recorded.attempt < policy.max_attempts:
             retry_at = self._db_now() + timedelta(seconds=policy.delay_after(recorded.attempt))
-            step = self._step(
-                seq,
-                StepKind.ACTIVITY,
-                act.name,
-                StepStatus.RETRYING,
-                args_json=handle._args_json,
-                result_json=codec.dumps({"retry_at": _iso(retry_at)}),
-                error=error,
-                attempt=recorded.attempt,
-                started_at=recorded.started_at,
-                finished=False,
-            )
-            self._commit(step)
-            self._remember(step, {"retry_at": _iso(retry_at)}, error)
+            self._rewrite(handle, recorded, StepStatus.RETRYING, {"retry_at": _iso(retry_at)}, error)
             timers.append(TimerWrite(seq, TimerKind.RETRY, retry_at))
             return _PENDING
+        self._rewrite(handle, recorded, StepStatus.FAILED, None, error)
+        handle._outcome = (False, self._activity_failed(act.name, seq, error, recorded.attempt))
+        return handle._outcome
+
+    def _rewrite(
+        self,
+        handle: ActivityHandle[Any],
+        recorded: StepRecord,
+        status: str,
+        result: Any,
+        error: dict[str, Any],
+    ) -> None:
+        """Record the workflow's decision on a queued attempt (same attempt, new status)."""
         step = self._step(
-            seq,
+            handle.seq,
             StepKind.ACTIVITY,
-            act.name,
-            StepStatus.FAILED,
+            handle.activity.name,
+            status,
             args_json=handle._args_json,
+            result_json=codec.dumps(result) if result is not None else None,
             error=error,
             attempt=recorded.attempt,
             started_at=recorded.started_at,
+            finished=status != StepStatus.RETRYING,
         )
         self._commit(step)
-        self._remember(step, None, error)
-        handle._outcome = (False, self._activity_failed(act.name, seq, error, recorded.attempt))
-        return handle._outcome
+        self._remember(step, result, error)
 
     def _schedule(
         self, act: Activity[..., Any], seq: int, attempt: int, args_json: str, *, dispatches: int
