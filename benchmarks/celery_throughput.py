@@ -131,11 +131,13 @@ class Cluster:
 
 
 def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    # The figures come from recorded completion times, not from when this loop notices,
+    # so it polls slowly: a tight loop would take CPU from the workers and the database.
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+        time.sleep(0.2)
 
 
 # -- the parts -------------------------------------------------------------------------

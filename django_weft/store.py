@@ -150,7 +150,9 @@ class DjangoStore:
 
         The history is read by a statement of its own *after* the claim: a claim that
         waited for the row lock of a previous owner must see that owner's last commits,
-        which a read in the claiming statement (one snapshot) would miss."""
+        which a read in the claiming statement (one snapshot) would miss. The first claim
+        of a run (epoch 1) skips the read: steps are only ever written under an owner's
+        epoch, so a run nobody owned before has none."""
         row = self._claim_runnable(run_id, owner, ttl, grace)
         if row is None:
             # Not runnable: only a waiting or delayed run can still be claimed (woken by a
@@ -171,7 +173,7 @@ class DjangoStore:
             attempt=int(attempt),
             created_at=_aware(created_at),
             db_now=_aware(db_now),
-            steps=self.load_steps(run_id),
+            steps={} if int(epoch) == 1 else self.load_steps(run_id),
         )
 
     def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> Any:

@@ -243,3 +243,36 @@ def test_a_takeover_that_waited_for_the_row_lock_sees_the_previous_owners_last_s
     run = claimed["run"]
     assert run is not None and run.epoch == old.epoch + 1
     assert list(run.steps) == [0]
+
+
+def test_only_a_runs_first_claim_skips_reading_the_history() -> None:
+    """A run nobody owned before has no steps, so its first claim spares the read; every
+    later claim (here a takeover after the first owner recorded a step) reads it."""
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    from django_weft.engine.records import StepWrite
+
+    handle = client.start("tests.echo")
+    store = DjangoStore()
+
+    def claim(owner: str) -> tuple[Any, list[str]]:
+        with CaptureQueriesContext(connections[store.alias]) as captured:
+            claimed = store.claim(handle.run_id, owner, 0.01, 0)
+        return claimed, [q["sql"] for q in captured.captured_queries]
+
+    first, sql = claim("engine-first")
+    assert first is not None and first.epoch == 1 and first.steps == {}
+    assert not any("django_weft_step" in statement for statement in sql)
+    now = first.db_now
+    store.commit_step(
+        handle.run_id,
+        "engine-first",
+        first.epoch,
+        StepWrite(0, "activity", "tests.noop", "completed", None, "1", None, 1, now, now),
+    )
+    time.sleep(0.05)  # the first owner's lease (10 ms) runs out
+    second, sql = claim("engine-second")
+    assert second is not None and second.epoch == 2
+    assert list(second.steps) == [0]
+    assert any("django_weft_step" in statement for statement in sql)
