@@ -34,6 +34,30 @@ class WorkflowHandle:
     def history(self) -> list[dict[str, Any]]:
         return runtime.history(runtime.get_run(self.run_id))
 
+    def signal(
+        self, name: str, payload: Any = None, *, signal_id: str | None = None
+    ) -> runtime.SignalAccepted:
+        """Send signal ``name`` to this run; durable on return. A repeated ``signal_id``
+        stores nothing new and returns the first acceptance. Raises
+        ``WorkflowTerminalError`` if the run has finished."""
+        return runtime.signal(self.run_id, name, payload, signal_id=signal_id)
+
+    def query(self, name: str, *args: Any) -> Any:
+        """Call the run's query handler ``name`` on its current state (read-only replay)."""
+        return runtime.query(self.run_id, name, list(args))
+
+    def update(
+        self, name: str, payload: Any = None, *, update_id: str | None = None, wait: Duration = 10
+    ) -> Any:
+        """Send update ``name`` and return its handler's result. Validated before it is
+        stored (``UpdateValidationError``); ``UpdateTimeout`` after ``wait`` seconds
+        carries the ``update_id`` to poll with :meth:`update_result`."""
+        return runtime.update(self.run_id, name, payload, update_id=update_id, wait=wait)
+
+    def update_result(self, update_id: str, *, wait: Duration = 0) -> Any:
+        """The outcome of an accepted update (waits up to ``wait`` seconds for it)."""
+        return runtime.update_result(self.run_id, update_id, wait=wait)
+
     def result(self, timeout: Duration | None = None) -> Any:
         """Wait for the run to finish; return its result.
 
@@ -72,6 +96,35 @@ def start(
         search_attributes=search_attributes,
     )
     return WorkflowHandle(started.run_id, started.workflow_id)
+
+
+def signal_with_start(
+    workflow: str | Any,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str,
+    signal: str,
+    payload: Any = None,
+    signal_id: str | None = None,
+    execution_timeout: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> WorkflowHandle:
+    """Signal the live run with workflow id ``id``, starting it first if there is none,
+    atomically; returns the handle of the run that got the signal."""
+    name = workflow if isinstance(workflow, str) else getattr(workflow, "name", workflow)
+    outcome = runtime.signal_with_start(
+        name,
+        args,
+        kwargs,
+        id=id,
+        signal=signal,
+        payload=payload,
+        signal_id=signal_id,
+        execution_timeout=execution_timeout,
+        search_attributes=search_attributes,
+    )
+    return WorkflowHandle(outcome.run_id, outcome.workflow_id)
 
 
 def get_handle(ref: str | uuid.UUID) -> WorkflowHandle:

@@ -23,24 +23,39 @@ from django.db.models.functions import Now
 from .conf import weft_settings
 from .dispatch import delivers, get_dispatcher
 from .engine import codec
-from .engine.context import ActivityInfo, _current_activity, describe_exception
+from .engine.context import (
+    MAX_MESSAGE_NAME_LENGTH,
+    ActivityInfo,
+    WorkflowContext,
+    _current_activity,
+    check_message_name,
+    describe_exception,
+)
 from .engine.durations import Duration, parse_duration
 from .engine.errors import (
+    ConfigurationError,
     InvalidInput,
     PayloadError,
+    QueryFailed,
     ResultTimeout,
+    UnknownHandler,
+    UpdateFailed,
+    UpdateTimeout,
     WorkflowAlreadyExists,
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowNotFound,
+    WorkflowTerminalError,
     WorkflowTimedOut,
 )
 from .engine.executor import Engine, TurnOutcome
-from .engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, StepStatus, TimerKind
+from .engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, ClaimedRun, RunStatus, StepStatus, TimerKind
 from .engine.registry import Activity, registry
-from .models import Step, Timer, WorkflowRun
+from .models import Signal, Step, Timer, Update, WorkflowRun
+from .models.messages import UpdateStatus
 from .models.runs import WORKFLOW_ID_MAX_LENGTH
 from .store import DjangoStore
+from .validation import validate_payload
 
 logger = logging.getLogger("django_weft.runtime")
 
@@ -107,24 +122,29 @@ def _validate_workflow_id(workflow_id: Any) -> str:
     return workflow_id
 
 
-def start(
-    workflow: str,
-    args: list[Any] | tuple[Any, ...] | None = None,
-    kwargs: dict[str, Any] | None = None,
-    *,
-    id: str | None = None,
-    on_conflict: str = "use_existing",
-    execution_timeout: Duration | None = None,
-    start_delay: Duration | None = None,
-    search_attributes: dict[str, Any] | None = None,
-) -> StartResult:
-    """Create a run of ``workflow``, unowned and runnable (or ``pending`` with a delay).
+@dataclass(frozen=True)
+class _StartSpec:
+    """A start request, validated and encoded: nothing is written until it is whole."""
 
-    Everything is validated before anything is written. Idempotent by ``id``:
-    ``use_existing`` (default) returns the latest run with that id if there is one,
-    ``fail`` raises :class:`WorkflowAlreadyExists`, ``start_new_if_terminal`` returns a
-    live run with that id or starts a new one when the latest has finished.
-    """
+    definition: Any
+    fields: dict[str, Any]
+    workflow_id: str | None
+    on_conflict: str
+    timeout: float | None
+    delay: float | None
+
+
+def _prepare_start(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None,
+    kwargs: dict[str, Any] | None,
+    *,
+    id: str | None,
+    on_conflict: str,
+    execution_timeout: Duration | None,
+    start_delay: Duration | None,
+    search_attributes: dict[str, Any] | None,
+) -> _StartSpec:
     definition = registry.get_workflow(workflow)
     if args is None:
         args = []
@@ -150,18 +170,53 @@ def start(
         parse_duration(execution_timeout, what="execution_timeout") if execution_timeout is not None else None
     )
     delay = parse_duration(start_delay, what="start_delay") if start_delay is not None else None
-    workflow_id = _validate_workflow_id(id) if id is not None else None
+    return _StartSpec(
+        definition=definition,
+        fields={
+            "workflow_name": definition.name,
+            "workflow_version": definition.version,
+            "args": args_value,
+            "kwargs": kwargs_value,
+            "search_attributes": attributes,
+        },
+        workflow_id=_validate_workflow_id(id) if id is not None else None,
+        on_conflict=on_conflict,
+        timeout=timeout,
+        delay=delay,
+    )
 
+
+def start(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str | None = None,
+    on_conflict: str = "use_existing",
+    execution_timeout: Duration | None = None,
+    start_delay: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> StartResult:
+    """Create a run of ``workflow``, unowned and runnable (or ``pending`` with a delay).
+
+    Everything is validated before anything is written. Idempotent by ``id``:
+    ``use_existing`` (default) returns the latest run with that id if there is one,
+    ``fail`` raises :class:`WorkflowAlreadyExists`, ``start_new_if_terminal`` returns a
+    live run with that id or starts a new one when the latest has finished.
+    """
+    spec = _prepare_start(
+        workflow,
+        args,
+        kwargs,
+        id=id,
+        on_conflict=on_conflict,
+        execution_timeout=execution_timeout,
+        start_delay=start_delay,
+        search_attributes=search_attributes,
+    )
     store = get_store()
     run_id = uuid.uuid4()
-    fields = {
-        "workflow_name": definition.name,
-        "workflow_version": definition.version,
-        "args": args_value,
-        "kwargs": kwargs_value,
-        "search_attributes": attributes,
-    }
-    if workflow_id is None and delay is None and timeout is None:
+    if spec.workflow_id is None and spec.delay is None and spec.timeout is None:
         # Nothing to look up, nothing to compute from the database clock: one INSERT in
         # autocommit (the run's new id cannot conflict), then the doorbell.
         dispatched = delivers(get_dispatcher())
@@ -171,47 +226,55 @@ def start(
             status=RunStatus.RUNNING,
             ready_at=Now(),
             dispatched_at=Now() if dispatched else None,
-            **fields,
+            **spec.fields,
         )
         _dispatch_on_commit(str(run_id))
-        logger.info("run %s (%s %s): started", run_id, definition.name, run_id)
+        logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
         return StartResult(str(run_id), str(run_id), created=True)
     for attempt in range(3):
         try:
             with transaction.atomic(using=store.alias):
-                if workflow_id is not None:
-                    existing = _existing_for_start(store, workflow_id, on_conflict)
+                if spec.workflow_id is not None:
+                    existing = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
                     if existing is not None:
                         return StartResult(str(existing.pk), existing.workflow_id, created=False)
-                now = store.db_now()
-                # A run whose doorbell is rung on commit counts as dispatched, so the sweep
-                # does not send a second message before a worker had the chance to claim it.
-                dispatched_at = now if delivers(get_dispatcher()) and not delay else None
-                run = WorkflowRun.objects.using(store.alias).create(
-                    id=run_id,
-                    workflow_id=workflow_id or str(run_id),
-                    status=RunStatus.PENDING if delay else RunStatus.RUNNING,
-                    ready_at=None if delay else now,
-                    dispatched_at=dispatched_at,
-                    execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
-                    **fields,
-                )
-                if delay:
-                    fire_at = now + timedelta(seconds=delay)
-                    Timer.objects.using(store.alias).create(
-                        run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
-                    )
-                    _dispatch_on_commit(str(run.pk), eta=fire_at)
-                else:
-                    _dispatch_on_commit(str(run.pk))
+                run = _create_run(store, spec, run_id)
             logger.info("run %s (%s %s): started", run.pk, run.workflow_name, run.workflow_id)
             return StartResult(str(run.pk), run.workflow_id, created=True)
         except IntegrityError:
             # A concurrent start with the same id won the one-active-run constraint
             # (only reachable where the advisory lock is unavailable); look again.
-            if workflow_id is None or attempt == 2:
+            if spec.workflow_id is None or attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> WorkflowRun:
+    """Insert the run (and its delayed-start timer); ring its doorbell on commit. Runs
+    inside the caller's transaction."""
+    now = store.db_now()
+    delay, timeout = spec.delay, spec.timeout
+    # A run whose doorbell is rung on commit counts as dispatched, so the sweep does not
+    # send a second message before a worker had the chance to claim it.
+    dispatched_at = now if delivers(get_dispatcher()) and not delay else None
+    run = WorkflowRun.objects.using(store.alias).create(
+        id=run_id,
+        workflow_id=spec.workflow_id or str(run_id),
+        status=RunStatus.PENDING if delay else RunStatus.RUNNING,
+        ready_at=None if delay else now,
+        dispatched_at=dispatched_at,
+        execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
+        **spec.fields,
+    )
+    if delay:
+        fire_at = now + timedelta(seconds=delay)
+        Timer.objects.using(store.alias).create(
+            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
+        )
+        _dispatch_on_commit(str(run.pk), eta=fire_at)
+    else:
+        _dispatch_on_commit(str(run.pk))
+    return run
 
 
 def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) -> WorkflowRun | None:
@@ -234,6 +297,311 @@ def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) 
     if on_conflict == "start_new_if_terminal" and latest.status in TERMINAL_STATUSES:
         return None
     return latest
+
+
+# -- messages: signals, updates, queries ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignalAccepted:
+    """The durable acceptance of a signal (the same one again for a repeated ``signal_id``)."""
+
+    run_id: str
+    name: str
+    signal_id: str | None
+    sequence: int
+    """The signal's row id: signals to one run are numbered in the order they arrived."""
+    received_at: datetime
+    duplicate: bool
+    """``True`` when ``signal_id`` had been accepted before: nothing new was stored."""
+
+
+def _message_name(name: Any, what: str) -> str:
+    try:
+        return check_message_name(name, what)
+    except ConfigurationError as exc:
+        raise InvalidInput(exc.message) from None
+
+
+def _message_key(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{what} must be a non-empty string; got {value!r}")
+    if len(value) > MAX_MESSAGE_NAME_LENGTH:
+        raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {MAX_MESSAGE_NAME_LENGTH}")
+    if any(ord(ch) < 32 for ch in value):
+        raise InvalidInput(f"{what} must not contain control characters")
+    return value
+
+
+def _encode_payload(payload: Any, what: str) -> Any:
+    return codec.loads(codec.dumps(payload, what=what, limit=weft_settings.MAX_PAYLOAD_BYTES))
+
+
+def _accepted(signal: Signal, duplicate: bool) -> SignalAccepted:
+    return SignalAccepted(
+        run_id=str(signal.run_id),
+        name=signal.name,
+        signal_id=signal.signal_id,
+        sequence=signal.pk,
+        received_at=signal.received_at,
+        duplicate=duplicate,
+    )
+
+
+def signal(
+    ref: str | uuid.UUID, name: str, payload: Any = None, *, signal_id: str | None = None
+) -> SignalAccepted:
+    """Send signal ``name`` to a run (run id, or workflow id for its latest run).
+
+    Durable on return: the signal is stored, and a run that waits for it or has a
+    handler for it is woken. Signals are consumed oldest first, per name. A repeated
+    ``signal_id`` (per run and name) stores nothing and returns the first acceptance.
+    Raises ``WorkflowNotFound``, ``WorkflowTerminalError`` (the run has finished:
+    nothing is stored) or ``InvalidInput`` / ``PayloadError`` for a bad name, id or
+    payload (over ``WEFT_MAX_PAYLOAD_BYTES``)."""
+    name = _message_name(name, "signal")
+    key = _message_key(signal_id, "signal_id") if signal_id is not None else None
+    value = _encode_payload(payload, f"the payload of signal {name}")
+    run = get_run(ref)
+    store = get_store()
+    with transaction.atomic(using=store.alias):
+        stored, duplicate, woken = store.deliver_signal(
+            run.pk, name, value, key, dispatched=delivers(get_dispatcher())
+        )
+        if woken:
+            _dispatch_on_commit(str(run.pk))
+    if not duplicate:
+        logger.info(
+            "run %s: signal %s received (#%s)%s", run.pk, name, stored.pk, " and woke it" if woken else ""
+        )
+    return _accepted(stored, duplicate)
+
+
+@dataclass(frozen=True)
+class SignalWithStartResult:
+    run_id: str
+    workflow_id: str
+    created: bool
+    """``True`` when a new run was started for the signal."""
+    signal: SignalAccepted
+
+
+def signal_with_start(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str,
+    signal: str,
+    payload: Any = None,
+    signal_id: str | None = None,
+    execution_timeout: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> SignalWithStartResult:
+    """Signal the live run with workflow id ``id``, or start one and signal it: in one
+    transaction either way, so the signal is never lost between the two and two callers
+    with the same ``id`` end up with one run. The arguments are those of :func:`start`
+    and :func:`signal`; they apply only when a run is started."""
+    if id is None:
+        raise InvalidInput("signal_with_start needs id=...: the workflow id that finds the run to signal")
+    spec = _prepare_start(
+        workflow,
+        args,
+        kwargs,
+        id=id,
+        on_conflict="start_new_if_terminal",
+        execution_timeout=execution_timeout,
+        start_delay=None,
+        search_attributes=search_attributes,
+    )
+    name = _message_name(signal, "signal")
+    key = _message_key(signal_id, "signal_id") if signal_id is not None else None
+    value = _encode_payload(payload, f"the payload of signal {name}")
+    store = get_store()
+    assert spec.workflow_id is not None
+    with transaction.atomic(using=store.alias):
+        # The advisory lock of starts by id serialises concurrent signal_with_starts.
+        run = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
+        created = run is None
+        if run is None:
+            run = _create_run(store, spec, uuid.uuid4())
+        stored, duplicate, woken = store.deliver_signal(
+            run.pk, name, value, key, dispatched=delivers(get_dispatcher())
+        )
+        if woken:
+            _dispatch_on_commit(str(run.pk))
+    logger.info(
+        "run %s (%s %s): signal %s %s", run.pk, run.workflow_name, run.workflow_id, name,
+        "with a new run" if created else "received",
+    )  # fmt: skip
+    return SignalWithStartResult(str(run.pk), run.workflow_id, created, _accepted(stored, duplicate))
+
+
+def _replay(run: WorkflowRun) -> WorkflowContext:
+    """The workflow's context at the end of its recorded history (read-only)."""
+    store = get_store()
+    claimed = ClaimedRun(
+        run_id=str(run.pk),
+        workflow_id=run.workflow_id,
+        workflow_name=run.workflow_name,
+        args=list(run.args or []),
+        kwargs=dict(run.kwargs or {}),
+        epoch=run.owner_epoch,
+        attempt=run.attempt,
+        created_at=run.created_at,
+        db_now=store.db_now(),
+        steps=store.load_steps(str(run.pk)),
+    )
+    return get_engine().replay_read_only(claimed)
+
+
+def query(ref: str | uuid.UUID, name: str, args: list[Any] | tuple[Any, ...] | None = None) -> Any:
+    """Answer query ``name`` of a run: replay its recorded history read-only (no activity
+    runs, nothing is written, no lease is taken) and call the handler the workflow
+    registered with ``ctx.on_query`` with ``*args``. Works on finished runs too.
+
+    Raises ``UnknownHandler`` (listing the registered names), ``QueryFailed`` when the
+    handler raises, ``NonDeterminismError`` when the code no longer matches the history."""
+    name = _message_name(name, "query")
+    if args is None:
+        args = []
+    if not isinstance(args, list | tuple):
+        raise InvalidInput(f"query args must be a list; got {type(args).__name__}")
+    values = _encode_payload(list(args), f"the arguments of query {name}")
+    run = get_run(ref)
+    ctx = _replay(run)
+    handler = ctx._query_handlers.get(name)
+    if handler is None:
+        raise _unknown_handler("query", name, run, ctx)
+    try:
+        value = handler(*values)
+        return codec.roundtrip(value, what=f"the result of query {name}")[0]
+    except Exception as exc:
+        raise QueryFailed(
+            f"query {name!r} of run {run.pk} failed: {type(exc).__name__}: {exc}",
+            run_id=str(run.pk),
+            name=name,
+            error=describe_exception(exc),
+        ) from exc
+
+
+def _unknown_handler(kind: str, name: str, run: WorkflowRun, ctx: WorkflowContext) -> UnknownHandler:
+    registered = ctx.registered(kind)
+    return UnknownHandler(
+        f"workflow {run.workflow_name} (run {run.pk}) has no {kind} handler {name!r} at the point it "
+        f"has reached; registered {kind} handlers: {', '.join(registered) or 'none'}",
+        kind=kind,
+        name=name,
+        registered=registered,
+        run_id=str(run.pk),
+    )
+
+
+def update(
+    ref: str | uuid.UUID,
+    name: str,
+    payload: Any = None,
+    *,
+    update_id: str | None = None,
+    wait: Duration = 10,
+) -> Any:
+    """Send update ``name`` to a run and return its handler's result.
+
+    The payload is checked by the handler's validator (found by a read-only replay)
+    before anything is stored: a rejection raises ``UpdateValidationError`` with the
+    issues. An accepted update is durable; the run applies it at a recorded position
+    and the result is returned here within ``wait`` seconds, else ``UpdateTimeout``
+    carries the ``update_id`` to poll with :func:`update_result`. A repeated
+    ``update_id`` runs nothing new and returns (or waits for) the stored outcome.
+    Raises ``UpdateFailed`` when the handler raised, ``WorkflowTerminalError`` for a
+    finished run, ``UnknownHandler`` for a name the workflow does not handle."""
+    name = _message_name(name, "update")
+    key = _message_key(update_id, "update_id") if update_id is not None else uuid.uuid4().hex
+    seconds = parse_duration(wait, what="wait")
+    value = _encode_payload(payload, f"the payload of update {name}")
+    run = get_run(ref)
+    existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()
+    if existing is None:
+        if run.status in TERMINAL_STATUSES:
+            raise _terminal(run, f"update {name!r}")
+        ctx = _replay(run)
+        entry = ctx._update_handlers.get(name)
+        if entry is None:
+            raise _unknown_handler("update", name, run, ctx)
+        validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
+        store = get_store()
+        with transaction.atomic(using=store.alias):
+            existing, created, woken = store.accept_update(
+                run.pk, key, name, value, dispatched=delivers(get_dispatcher())
+            )
+            if woken:
+                _dispatch_on_commit(str(run.pk))
+        if created:
+            logger.info("run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "")
+    if existing.name != name:
+        raise InvalidInput(
+            f"update_id {key!r} of run {run.pk} was used for update {existing.name!r}, not {name!r}; "
+            "use a new update_id"
+        )
+    return _await_update(existing.pk, seconds)
+
+
+def update_result(ref: str | uuid.UUID, update_id: str, *, wait: Duration = 0) -> Any:
+    """The outcome of an accepted update: its result, or ``UpdateFailed``; waits up to
+    ``wait`` seconds for it, then raises ``UpdateTimeout``."""
+    key = _message_key(update_id, "update_id")
+    seconds = parse_duration(wait, what="wait")
+    run = get_run(ref)
+    pk = (
+        Update.objects.using(weft_settings.DATABASE_ALIAS)
+        .filter(run=run, update_id=key)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if pk is None:
+        raise InvalidInput(f"run {run.pk} has no update with update_id {key!r}")
+    return _await_update(pk, seconds)
+
+
+def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
+    deadline = time.monotonic() + wait
+    updates = Update.objects.using(weft_settings.DATABASE_ALIAS)
+    delay = poll
+    while True:
+        row = updates.filter(pk=pk).values("status", "result", "error", "update_id", "run_id", "name").get()
+        if row["status"] == UpdateStatus.COMPLETED:
+            return row["result"]
+        if row["status"] in (UpdateStatus.FAILED, UpdateStatus.REJECTED):
+            error = row["error"] or {}
+            raise UpdateFailed(
+                f"update {row['name']!r} ({row['update_id']}) of run {row['run_id']} failed: "
+                f"{error.get('type')}: {error.get('message')}",
+                run_id=str(row["run_id"]),
+                update_id=row["update_id"],
+                error_type=error.get("type"),
+                error_message=error.get("message"),
+                error_traceback=error.get("traceback"),
+            )
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise UpdateTimeout(
+                f"update {row['name']!r} of run {row['run_id']} is accepted but not applied yet "
+                f"after {wait} s; poll with update_result(..., {row['update_id']!r})",
+                run_id=str(row["run_id"]),
+                update_id=row["update_id"],
+            )
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 1.5, 0.1)
+
+
+def _terminal(run: WorkflowRun, what: str) -> WorkflowTerminalError:
+    return WorkflowTerminalError(
+        f"run {run.pk} ({run.workflow_name} {run.workflow_id}) is {run.status}: a finished run takes no "
+        f"{what}; start a new run",
+        run_id=str(run.pk),
+        workflow_id=run.workflow_id,
+        status=run.status,
+    )
 
 
 # -- turns and the sweep ---------------------------------------------------------------

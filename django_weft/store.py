@@ -32,10 +32,13 @@ from django.utils.dateparse import parse_datetime
 
 from .conf import weft_settings
 from .engine import codec
-from .engine.errors import Deposed
+from .engine.errors import Deposed, WorkflowNotFound, WorkflowTerminalError
 from .engine.records import (
     PENDING_STEP_STATUSES,
+    TERMINAL_STATUSES,
     ClaimedRun,
+    MessageKind,
+    PendingMessage,
     RunStatus,
     StepRecord,
     StepStatus,
@@ -43,13 +46,15 @@ from .engine.records import (
     TimerKind,
     TimerWrite,
 )
-from .models import Step, Timer, WorkflowRun
+from .models import Signal, Step, Timer, Update, WorkflowRun
+from .models.messages import UpdateStatus
 
 timer_log = logging.getLogger("django_weft.timers")
 
 RUN_TABLE = WorkflowRun._meta.db_table
 STEP_TABLE = Step._meta.db_table
 TIMER_TABLE = Timer._meta.db_table
+UPDATE_TABLE = Update._meta.db_table
 
 _STEP_COLUMNS = (
     "run_id, seq, kind, name, status, args, result, error, attempt, "
@@ -94,6 +99,13 @@ def _step_record(row: Any) -> StepRecord:
         started_at=_aware(started) if started is not None else None,
         finished_at=_aware(finished) if finished is not None else None,
     )
+
+
+def _unanswered_error(status: str) -> dict[str, str]:
+    return {
+        "type": "django_weft.RunFinished",
+        "message": f"the run finished ({status}) before it applied this update",
+    }
 
 
 def _deposed(run_id: str, owner: str, epoch: int, what: str) -> Deposed:
@@ -443,6 +455,8 @@ class DjangoStore:
         too, whatever the run waits for."""
         if not waiting_on:
             return False
+        if self._messages_waiting(run_id, waiting_on):
+            return True
         waiting_for_activities = waiting_on.get("kind") == "activities"
         seqs = list(waiting_on.get("seqs") or []) if waiting_for_activities else []
         background = list(waiting_on.get("background") or [])
@@ -462,6 +476,192 @@ class DjangoStore:
         if waiting_on.get("mode") == "any":
             return not all(pending)
         return not any(pending) or any(status_of.get(seq) in needs_decision for seq in seqs)
+
+    def _messages_waiting(self, run_id: str, waiting_on: dict[str, Any]) -> bool:
+        """Whether a signal or an update that wakes the run (``waiting_on["signals"]``,
+        ``["updates"]``: the names it waits for or handles) is pending."""
+        key = uuid.UUID(str(run_id))
+        signals: list[str] = waiting_on.get("signals") or []
+        updates: list[str] = waiting_on.get("updates") or []
+        if signals and (
+            Signal.objects.using(self.alias)
+            .filter(run_id=key, name__in=signals, consumed_seq__isnull=True)
+            .exists()
+        ):
+            return True
+        return bool(updates) and (
+            Update.objects.using(self.alias)
+            .filter(run_id=key, name__in=updates, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
+            .exists()
+        )
+
+    # -- messages ----------------------------------------------------------------------
+
+    def _lock_for_message(self, run_pk: Any) -> dict[str, Any]:
+        """Lock the run row for a message insert and check the run takes messages.
+
+        Taking the row lock serialises the insert with the run's park (which reads the
+        pending messages under the same lock): either the park sees the message and the
+        run stays runnable, or the insert sees the parked run and wakes it. It also
+        numbers a run's messages in commit order."""
+        run = (
+            self._runs()
+            .select_for_update()
+            .filter(pk=run_pk)
+            .values("status", "waiting_on", "workflow_id", "workflow_name")
+            .first()
+        )
+        if run is None:
+            raise WorkflowNotFound(f"run {run_pk} no longer exists", ref=str(run_pk))
+        return run
+
+    def _check_not_terminal(self, run_pk: Any, run: dict[str, Any], what: str) -> None:
+        if run["status"] in TERMINAL_STATUSES:
+            raise WorkflowTerminalError(
+                f"run {run_pk} ({run['workflow_name']} {run['workflow_id']}) is {run['status']}: a "
+                f"finished run takes no {what}; start a new run",
+                run_id=str(run_pk),
+                workflow_id=run["workflow_id"],
+                status=run["status"],
+            )
+
+    def _wake_for_message(
+        self, run_pk: Any, run: dict[str, Any], names_key: str, name: str, dispatched: bool
+    ) -> bool:
+        """Make a parked run runnable if ``name`` is among what it waits for or handles."""
+        waiting_on = run["waiting_on"] or {}
+        if run["status"] != RunStatus.WAITING or name not in (waiting_on.get(names_key) or []):
+            return False
+        now = self.db_now()
+        self._runs().filter(pk=run_pk).update(
+            status=RunStatus.RUNNING,
+            ready_at=now,
+            waiting_on=None,
+            dispatched_at=now if dispatched else None,
+            updated_at=now,
+        )
+        return True
+
+    def deliver_signal(
+        self, run_pk: Any, name: str, payload: Any, signal_id: str | None, *, dispatched: bool
+    ) -> tuple[Signal, bool, bool]:
+        """Store a signal for the run, in the caller's transaction; returns ``(signal,
+        duplicate, woken)``. A repeated ``signal_id`` returns the stored signal. Raises
+        ``WorkflowTerminalError`` for a finished run (storing nothing)."""
+        run = self._lock_for_message(run_pk)
+        signals = Signal.objects.using(self.alias)
+        if signal_id is not None:
+            # Repeats serialise on the run row lock, so this look-up sees a concurrent one.
+            existing = signals.filter(run_id=run_pk, name=name, signal_id=signal_id).first()
+            if existing is not None:
+                return existing, True, False
+        self._check_not_terminal(run_pk, run, "signals")
+        stored = signals.create(run_id=run_pk, name=name, payload=payload, signal_id=signal_id)
+        return stored, False, self._wake_for_message(run_pk, run, "signals", name, dispatched)
+
+    def accept_update(
+        self, run_pk: Any, update_id: str, name: str, payload: Any, *, dispatched: bool
+    ) -> tuple[Update, bool, bool]:
+        """Store an accepted update, in the caller's transaction; returns ``(update,
+        created, woken)``. An ``update_id`` stored meanwhile returns that update."""
+        run = self._lock_for_message(run_pk)
+        updates = Update.objects.using(self.alias)
+        existing = updates.filter(run_id=run_pk, update_id=update_id).first()
+        if existing is not None:
+            return existing, False, False
+        self._check_not_terminal(run_pk, run, "updates")
+        stored = updates.create(run_id=run_pk, update_id=update_id, name=name, payload=payload)
+        return stored, True, self._wake_for_message(run_pk, run, "updates", name, dispatched)
+
+    def pending_messages(self, run_id: str) -> list[PendingMessage]:
+        """Unconsumed signals and accepted, unapplied updates of the run, oldest first.
+
+        Signals and updates to one run are inserted under the run's row lock, so their
+        ids grow in commit order; across the two tables, the arrival time orders them."""
+        key = uuid.UUID(str(run_id))
+        signals = [
+            (received, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload))
+            for pk, name, payload, received in Signal.objects.using(self.alias)
+            .filter(run_id=key, consumed_seq__isnull=True)
+            .order_by("id")
+            .values_list("pk", "name", "payload", "received_at")
+        ]
+        updates = [
+            (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id))
+            for pk, name, payload, update_id, created in Update.objects.using(self.alias)
+            .filter(run_id=key, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
+            .order_by("id")
+            .values_list("pk", "name", "payload", "update_id", "created_at")
+        ]
+        if not updates:
+            return [message for _, _, message in signals]
+        if not signals:
+            return [message for _, _, message in updates]
+        merged = sorted(signals + updates, key=lambda row: (row[0], row[1], row[2].pk))
+        return [message for _, _, message in merged]
+
+    def finish_wait(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, *, signal_pk: int | None = None
+    ) -> None:
+        """Record the step of a message wait or a signal handler's application, consume
+        the signal it took and drop the wait's timeout timer, in one fenced transaction.
+        The step write locks the run row first (the order every writer follows)."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            if signal_pk is not None:
+                consumed = (
+                    Signal.objects.using(self.alias)
+                    .filter(pk=signal_pk, run_id=key, consumed_seq__isnull=True)
+                    .update(consumed_seq=step.seq)
+                )
+                if not consumed:
+                    raise AssertionError(f"signal {signal_pk} of run {run_id} was consumed twice")
+            Timer.objects.using(self.alias).filter(run_id=key, seq=step.seq).unfired().delete()
+
+    def apply_update(self, run_id: str, owner: str, epoch: int, step: StepWrite, update_pk: int) -> None:
+        """Record that the update's handler starts at ``step.seq`` (fenced); from then on
+        the update is not pending, and a crash re-runs the handler from its step."""
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            Update.objects.using(self.alias).filter(
+                pk=update_pk, run_id=uuid.UUID(str(run_id)), applied_seq__isnull=True
+            ).update(applied_seq=step.seq, updated_at=Now())
+
+    def answer_update(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        step: StepWrite,
+        update_pk: int,
+        *,
+        ok: bool,
+        result_json: str | None,
+        error_json: str | None,
+    ) -> None:
+        """Record the update's outcome on its step and on its row, fenced: the caller
+        waiting for the update reads the row."""
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            Update.objects.using(self.alias).filter(pk=update_pk, run_id=uuid.UUID(str(run_id))).update(
+                status=UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
+                result=codec.loads(result_json) if result_json is not None else None,
+                error=codec.loads(error_json) if error_json is not None else None,
+                updated_at=Now(),
+            )
+
+    def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
+        """Answer a pending update with ``error`` without applying it, fenced."""
+        with transaction.atomic(using=self.alias):
+            if not list(self._owned(run_id, owner, epoch).select_for_update().values_list("pk", flat=True)):
+                raise _deposed(run_id, owner, epoch, f"failing update {update_pk}")
+            Update.objects.using(self.alias).filter(
+                pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
+            ).update(status=UpdateStatus.FAILED, error=error, updated_at=Now())
 
     # -- queued activities -------------------------------------------------------------
 
@@ -641,11 +841,15 @@ class DjangoStore:
                 "finished_at = now(), updated_at = now() "
                 "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s RETURNING id), "
                 f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
-                "AND fired_at IS NULL) SELECT count(*) FROM done"
+                "AND fired_at IS NULL), "
+                f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
+                "updated_at = now() WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
+                "SELECT count(*) FROM done"
             )
             params = {
                 "status": status, "result": result_json, "error": error_json, "category": category,
                 "id": self._run_key(run_id), "owner": owner, "epoch": epoch,
+                "unanswered": codec.dumps(_unanswered_error(status)),
             }  # fmt: skip
             with self.connection.cursor() as cursor:
                 cursor.execute(sql, params)
@@ -668,7 +872,11 @@ class DjangoStore:
             )
             if not finished:
                 raise _deposed(run_id, owner, epoch, what)
-            Timer.objects.using(self.alias).filter(run_id=uuid.UUID(str(run_id))).unfired().delete()
+            key = uuid.UUID(str(run_id))
+            Timer.objects.using(self.alias).filter(run_id=key).unfired().delete()
+            Update.objects.using(self.alias).filter(run_id=key, status=UpdateStatus.ACCEPTED).update(
+                status=UpdateStatus.FAILED, error=_unanswered_error(status), updated_at=Now()
+            )
 
     def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None:
         self._finish(run_id, owner, epoch, "completion", status=RunStatus.COMPLETED, result_json=result_json)

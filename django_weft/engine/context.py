@@ -21,9 +21,18 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import codec, faults
 from .durations import Duration, parse_duration
-from .errors import ActivityFailed, ConfigurationError, Deposed, NonDeterminismError, PayloadError
+from .errors import (
+    ActivityFailed,
+    ConfigurationError,
+    Deposed,
+    NonDeterminismError,
+    PayloadError,
+    SignalTimeout,
+)
 from .records import (
     ClaimedRun,
+    MessageKind,
+    PendingMessage,
     StepKind,
     StepRecord,
     StepStatus,
@@ -66,6 +75,11 @@ class DeposedUnwind(_Unwind):
     def __init__(self, cause: Deposed) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+class QueryFrontier(_Unwind):
+    """A read-only replay (a query, an update's validation) reached the end of the
+    recorded history: the workflow's state is what the query sees."""
 
 
 class ContinueAsNew(_Unwind):
@@ -175,14 +189,62 @@ class ActivityHandle(Generic[T]):
 
 _PENDING = object()
 
+MAX_MESSAGE_NAME_LENGTH = 200
+"""The longest signal, update or query name (the ``name`` columns hold 200 characters)."""
+
+
+def check_message_name(name: Any, what: str) -> str:
+    """A signal, update or query name: a non-empty string of at most 200 characters."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"{what} name must be a non-empty string; got {name!r}")
+    if len(name) > MAX_MESSAGE_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{what} name is {len(name)} characters long; the limit is {MAX_MESSAGE_NAME_LENGTH}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class UpdateHandler:
+    """An update handler registered with :meth:`WorkflowContext.on_update`."""
+
+    handler: Callable[[Any], Any]
+    validator: Any = None
+
+
+class _BlockingStart:
+    """The start record of a blocking operation not yet written: written before the
+    first handler application recorded after it, or else with the park."""
+
+    def __init__(self, ctx: WorkflowContext, step: StepWrite | None) -> None:
+        self._ctx = ctx
+        self._step = step
+
+    def record(self) -> None:
+        if self._step is not None:
+            self._ctx._commit(self._step)
+            self._step = None
+
+    def unrecorded(self) -> list[StepWrite]:
+        return [self._step] if self._step is not None else []
+
 
 class WorkflowContext:
     """Passed as the first argument of every workflow function."""
 
     def __init__(
-        self, engine: Engine, claimed: ClaimedRun, config: EngineConfig, workflow: Workflow[..., Any]
+        self,
+        engine: Engine,
+        claimed: ClaimedRun,
+        config: EngineConfig,
+        workflow: Workflow[..., Any],
+        *,
+        read_only: bool = False,
     ) -> None:
         self._engine = engine
+        # Read-only replay (queries, update validation): recorded outcomes are returned,
+        # and the first operation that would execute or write anything ends the replay.
+        self._read_only = read_only
         self._claimed = claimed
         self._config = config
         self._workflow = workflow
@@ -196,6 +258,16 @@ class WorkflowContext:
         self._background_timers: list[TimerWrite] = []
         self._queued_handles: list[ActivityHandle[Any]] = []
         self._fatal: NonDeterminismError | None = None
+        # Message handlers, registered by the workflow as it runs (not recorded: every
+        # replay registers them again at the same points).
+        self._signal_handlers: dict[str, Callable[[Any], Any]] = {}
+        self._update_handlers: dict[str, UpdateHandler] = {}
+        self._query_handlers: dict[str, Callable[..., Any]] = {}
+        # Signals and updates waiting for this run, loaded once per turn when first needed.
+        self._pending: list[PendingMessage] | None = None
+        self._pending_fresh = False
+        # Set while a signal or update handler runs: it may not block.
+        self._in_handler: str | None = None
         self.info = WorkflowInfo(
             run_id=claimed.run_id,
             workflow_id=claimed.workflow_id,
@@ -211,8 +283,9 @@ class WorkflowContext:
 
     @property
     def is_replaying(self) -> bool:
-        """True while the function re-executes operations that are already recorded."""
-        return self._seq < self._history_length
+        """True while the function re-executes operations that are already recorded
+        (and always in a read-only replay)."""
+        return self._read_only or self._seq < self._history_length
 
     def _db_now(self) -> datetime:
         # The database's clock at claim time plus the time elapsed since, so timer
@@ -236,6 +309,20 @@ class WorkflowContext:
         """Stop driving the run for good: every later operation re-raises the unwinding."""
         self._unwinding = DeposedUnwind(cause)
         raise self._unwinding
+
+    def _frontier(self) -> None:
+        """In a read-only replay, end it here: the operation would execute or write."""
+        if self._read_only:
+            self._unwinding = QueryFrontier("end of the recorded history")
+            raise self._unwinding
+
+    def _forbid_in_handler(self, what: str) -> None:
+        if self._in_handler is not None:
+            raise ConfigurationError(
+                f"the {self._in_handler} may not {what}: handlers run while the workflow is "
+                "blocked, so they may run inline activities (ctx.run) and record values, but "
+                "not sleep, wait or start queued work; move the wait into the workflow body"
+            )
 
     def _next(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
         self._enter()
@@ -274,7 +361,25 @@ class WorkflowContext:
             requested={"kind": "finish", "name": ""},
         )
 
-    def _park(self, waiting_on: dict[str, Any], steps: list[StepWrite], timers: list[TimerWrite]) -> Any:
+    def _park(
+        self,
+        waiting_on: dict[str, Any],
+        steps: list[StepWrite],
+        timers: list[TimerWrite],
+        *,
+        wakes_on_messages: bool = True,
+    ) -> Any:
+        self._frontier()
+        if wakes_on_messages:
+            # The signals and updates that must wake the parked run: the one it waits for
+            # and those it has handlers for (the handlers run while it is blocked here).
+            signals = set(self._signal_handlers)
+            if waiting_on.get("kind") == "signal":
+                signals.add(waiting_on["name"])
+            if signals:
+                waiting_on = {**waiting_on, "signals": sorted(signals)}
+            if self._update_handlers:
+                waiting_on = {**waiting_on, "updates": sorted(self._update_handlers)}
         # Queued activities started but not waited for here: a failed or lost attempt of
         # one of them must still wake the run, so the workflow can retry it in time.
         waited = set(waiting_on.get("seqs") or []) if waiting_on.get("kind") == "activities" else set()
@@ -291,6 +396,7 @@ class WorkflowContext:
         raise self._unwinding
 
     def _commit(self, step: StepWrite) -> None:
+        self._frontier()
         faults.hit("before_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
         try:
             self._engine.store.commit_step(
@@ -338,6 +444,7 @@ class WorkflowContext:
         """
         act = as_activity(target)
         if act.queue is not None:
+            self._forbid_in_handler(f"run the queued activity {act.name}")
             return self.start(act, *args, **kwargs).result()
         seq, recorded = self._next(StepKind.ACTIVITY, act.name)
         attempt = 1
@@ -353,6 +460,7 @@ class WorkflowContext:
                     {"kind": "retry", "seq": seq, "activity": act.name, "fire_at": _iso(retry_at)},
                     [],
                     [TimerWrite(seq, TimerKind.RETRY, retry_at)],
+                    wakes_on_messages=False,
                 )
             attempt = recorded.attempt + 1
         args_json = codec.dumps({"args": list(args), "kwargs": kwargs}, what=f"arguments of {act.name}")
@@ -367,6 +475,7 @@ class WorkflowContext:
         kwargs: dict[str, Any],
         args_json: str,
     ) -> Any:
+        self._frontier()
         policy = act.retry or self._config.default_retry
         run_id, engine = self._claimed.run_id, self._engine
 
@@ -437,6 +546,7 @@ class WorkflowContext:
                         )
                     ],
                     [TimerWrite(seq, TimerKind.RETRY, retry_at)],
+                    wakes_on_messages=False,
                 )
             finally:
                 _current_activity.reset(token)
@@ -486,6 +596,8 @@ class WorkflowContext:
         :meth:`wait_all` or :meth:`wait_any`.
         """
         act = as_activity(target)
+        if act.queue is not None:
+            self._forbid_in_handler(f"start the queued activity {act.name}")
         args_json = codec.dumps({"args": list(args), "kwargs": kwargs}, what=f"arguments of {act.name}")
         handle: ActivityHandle[T]
         if act.queue is None:
@@ -510,10 +622,13 @@ class WorkflowContext:
 
         If any failed, raises the :class:`ActivityFailed` of the first failed handle in
         the list (after all have finished, so replay always sees the same outcome)."""
+        self._forbid_in_handler("wait for activities")
         self._enter()
+        self._replay_handlers()
         handles = self._own_handles(handles, "wait_all")
         states, pending, timers = self._poll_all(handles)
         if pending:
+            self._deliver()
             self._park({"kind": "activities", "mode": "all", "seqs": pending}, [], timers)
         for ok, value in states:
             if not ok:
@@ -523,10 +638,12 @@ class WorkflowContext:
     def wait_any(self, handles: Sequence[ActivityHandle[Any]]) -> ActivityHandle[Any]:
         """Wait until at least one handle has finished and return the first finished one
         (in list order). Which one it was is recorded, so replay returns the same."""
+        self._forbid_in_handler("wait for activities")
         handles = self._own_handles(handles, "wait_any")
         if not handles:
             raise ConfigurationError("ctx.wait_any needs at least one handle")
         seq, recorded = self._next(StepKind.WAIT, "wait_any")
+        self._replay_handlers()
         if recorded is not None:
             index = recorded.result["index"]
             if index >= len(handles) or handles[index].seq != recorded.result["seq"]:
@@ -555,6 +672,7 @@ class WorkflowContext:
                     )
                 )
                 return handle
+        self._deliver()
         return self._park({"kind": "activities", "mode": "any", "seqs": pending}, [], timers)
 
     def _own_handles(self, handles: Sequence[ActivityHandle[Any]], what: str) -> list[ActivityHandle[Any]]:
@@ -660,6 +778,7 @@ class WorkflowContext:
         """Record attempt ``attempt`` as scheduled (with the deadline by which it must have
         started) and send it to the activity's queue."""
         assert act.queue is not None
+        self._frontier()
         result = {"dispatches": dispatches}
         step = self._step(
             seq,
@@ -713,7 +832,9 @@ class WorkflowContext:
         self._sleep(lambda _now: moment)
 
     def _sleep(self, fire_at_from: Callable[[datetime], datetime]) -> None:
+        self._forbid_in_handler("sleep")
         seq, recorded = self._next(StepKind.SLEEP, "sleep")
+        self._replay_handlers()
         now = self._db_now()
         if recorded is not None:
             if recorded.status == StepStatus.COMPLETED:
@@ -736,18 +857,413 @@ class WorkflowContext:
                 )
             )
             return
-        steps = []
-        if recorded is None:
-            steps.append(
-                self._step(
-                    seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, result_json=result_json, finished=False
-                )
-            )
+        start = _BlockingStart(
+            self,
+            None
+            if recorded is not None
+            else self._step(
+                seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, result_json=result_json, finished=False
+            ),
+        )
+        self._deliver(before=start.record)
         self._park(
             {"kind": "sleep", "seq": seq, "fire_at": _iso(fire_at)},
-            steps,
+            start.unrecorded(),
             [TimerWrite(seq, TimerKind.SLEEP, fire_at)],
         )
+
+    # -- messages: signals, updates, queries -------------------------------------------
+
+    def on_signal(self, name: str, handler: Callable[[Any], Any]) -> None:
+        """Call ``handler(payload)`` for each signal ``name`` the run receives, in arrival
+        order, while the workflow is blocked (sleeping or waiting). Each application is
+        recorded at a position of the history and repeated on replay, so the handler's
+        changes to workflow state are deterministic. It may run inline activities; an
+        exception it raises propagates into the workflow at the blocking operation."""
+        check_message_name(name, "signal")
+        if not callable(handler):
+            raise ConfigurationError(f"the handler of signal {name!r} must be callable; got {handler!r}")
+        self._signal_handlers[name] = handler
+
+    def on_update(self, name: str, handler: Callable[[Any], Any], validator: Any = None) -> None:
+        """Answer update ``name`` with ``handler(payload)``; its return value (JSON) is the
+        update's result. ``validator`` checks the payload before anything is stored: a
+        callable that raises, a DRF ``Serializer`` class or a pydantic model. The handler
+        runs while the workflow is blocked, at a recorded position; it may run inline
+        activities but may not sleep or wait. An exception fails the update, not the run."""
+        check_message_name(name, "update")
+        if not callable(handler):
+            raise ConfigurationError(f"the handler of update {name!r} must be callable; got {handler!r}")
+        if validator is not None and not callable(validator):
+            raise ConfigurationError(
+                f"the validator of update {name!r} must be a callable, a DRF Serializer class or a "
+                f"pydantic model; got {validator!r}"
+            )
+        self._update_handlers[name] = UpdateHandler(handler, validator)
+
+    def on_query(self, name: str, handler: Callable[..., Any]) -> None:
+        """Answer query ``name`` with ``handler(*args)`` (JSON). Queries replay the recorded
+        history read-only and call the handler; they never run activities or write."""
+        check_message_name(name, "query")
+        if not callable(handler):
+            raise ConfigurationError(f"the handler of query {name!r} must be callable; got {handler!r}")
+        self._query_handlers[name] = handler
+
+    def registered(self, kind: str) -> list[str]:
+        """The names of the ``"signal"``, ``"update"`` or ``"query"`` handlers registered so far."""
+        table: dict[str, dict[str, Any]] = {
+            "signal": self._signal_handlers,
+            "update": self._update_handlers,
+            "query": self._query_handlers,
+        }
+        return sorted(table[kind])
+
+    def wait_signal(self, name: str, timeout: Duration | None = None) -> Any:
+        """Wait durably for signal ``name`` and return its payload. Signals are buffered:
+        one sent before the workflow gets here is returned at once, and each signal is
+        consumed by one wait, oldest first. With ``timeout`` (seconds or a duration
+        string), raises :class:`SignalTimeout` once it has passed, across restarts."""
+        self._forbid_in_handler("wait for a signal")
+        check_message_name(name, "signal")
+        if name in self._signal_handlers:
+            raise ConfigurationError(
+                f"signal {name!r} has a handler (ctx.on_signal), which consumes every such signal; "
+                "wait for it with ctx.wait_condition on state the handler sets, or use another name"
+            )
+        seconds = parse_duration(timeout, what="ctx.wait_signal timeout") if timeout is not None else None
+        seq, recorded = self._next(StepKind.SIGNAL, name)
+        self._replay_handlers()
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return self._signal_outcome(name, seq, recorded.result or {})
+        now = self._db_now()
+        if recorded is not None:
+            started_at = recorded.started_at or now
+            fire_at_text = (recorded.result or {}).get("fire_at")
+            fire_at = _from_iso(fire_at_text) if fire_at_text else None
+        else:
+            started_at = now
+            fire_at = now + timedelta(seconds=seconds) if seconds is not None else None
+        waiting = {"fire_at": _iso(fire_at) if fire_at else None}
+        start = _BlockingStart(
+            self,
+            None
+            if recorded is not None
+            else self._step(
+                seq,
+                StepKind.SIGNAL,
+                name,
+                StepStatus.WAITING,
+                result_json=codec.dumps(waiting),
+                finished=False,
+            ),
+        )
+        taken, _ = self._deliver(
+            take=lambda message: message.kind == MessageKind.SIGNAL and message.name == name,
+            before=start.record,
+        )
+        if taken is not None:
+            result = {"signal": taken.pk, "payload": taken.payload}
+            self._finish_wait(
+                self._step(
+                    seq,
+                    StepKind.SIGNAL,
+                    name,
+                    StepStatus.COMPLETED,
+                    result_json=codec.dumps(result),
+                    started_at=started_at,
+                ),
+                signal_pk=taken.pk,
+            )
+            return taken.payload
+        if fire_at is not None and fire_at <= self._db_now():
+            result = {**waiting, "timed_out": True}
+            self._finish_wait(
+                self._step(
+                    seq,
+                    StepKind.SIGNAL,
+                    name,
+                    StepStatus.COMPLETED,
+                    result_json=codec.dumps(result),
+                    started_at=started_at,
+                )
+            )
+            return self._signal_outcome(name, seq, result)
+        wait = {"kind": "signal", "seq": seq, "name": name}
+        if fire_at is not None:
+            wait["fire_at"] = _iso(fire_at)
+        timers = [TimerWrite(seq, TimerKind.SIGNAL_TIMEOUT, fire_at)] if fire_at is not None else []
+        return self._park(wait, start.unrecorded(), timers)
+
+    def _signal_outcome(self, name: str, seq: int, result: dict[str, Any]) -> Any:
+        if result.get("timed_out"):
+            raise SignalTimeout(
+                f"no signal {name!r} arrived before {result.get('fire_at')} "
+                f"(ctx.wait_signal at position {seq})",
+                name=name,
+                seq=seq,
+            )
+        return result.get("payload")
+
+    def wait_condition(self, predicate: Callable[[], Any], timeout: Duration | None = None) -> bool:
+        """Wait durably until ``predicate()`` is true; it is evaluated now and again after
+        each signal or update handler applied while waiting. Returns ``True`` once it
+        holds, or ``False`` when ``timeout`` (seconds or a duration string) passed first."""
+        self._forbid_in_handler("wait for a condition")
+        if not callable(predicate):
+            raise ConfigurationError(f"ctx.wait_condition takes a callable predicate; got {predicate!r}")
+        seconds = parse_duration(timeout, what="ctx.wait_condition timeout") if timeout is not None else None
+        seq, recorded = self._next(StepKind.CONDITION, "wait_condition")
+        self._replay_handlers()
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return bool((recorded.result or {}).get("satisfied"))
+        now = self._db_now()
+        if recorded is not None:
+            started_at = recorded.started_at or now
+            fire_at_text = (recorded.result or {}).get("fire_at")
+            fire_at = _from_iso(fire_at_text) if fire_at_text else None
+        else:
+            started_at = now
+            fire_at = now + timedelta(seconds=seconds) if seconds is not None else None
+        waiting = {"fire_at": _iso(fire_at) if fire_at else None}
+        start = _BlockingStart(
+            self,
+            None
+            if recorded is not None
+            else self._step(
+                seq,
+                StepKind.CONDITION,
+                "wait_condition",
+                StepStatus.WAITING,
+                result_json=codec.dumps(waiting),
+                finished=False,
+            ),
+        )
+        satisfied = bool(predicate())
+        if not satisfied:
+            _, satisfied = self._deliver(done=lambda: bool(predicate()), before=start.record)
+        timed_out = not satisfied and fire_at is not None and fire_at <= self._db_now()
+        if satisfied or timed_out:
+            self._finish_wait(
+                self._step(
+                    seq,
+                    StepKind.CONDITION,
+                    "wait_condition",
+                    StepStatus.COMPLETED,
+                    result_json=codec.dumps({**waiting, "satisfied": satisfied}),
+                    started_at=started_at,
+                )
+            )
+            return satisfied
+        wait: dict[str, Any] = {"kind": "condition", "seq": seq}
+        if fire_at is not None:
+            wait["fire_at"] = _iso(fire_at)
+        timers = [TimerWrite(seq, TimerKind.SIGNAL_TIMEOUT, fire_at)] if fire_at is not None else []
+        return bool(self._park(wait, start.unrecorded(), timers))
+
+    def _finish_wait(self, step: StepWrite, *, signal_pk: int | None = None) -> None:
+        """Record a message wait's (or a signal handler's) step, consuming ``signal_pk``
+        and removing the wait's timeout timer in the same fenced transaction."""
+        self._frontier()
+        try:
+            self._engine.store.finish_wait(
+                self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, step, signal_pk=signal_pk
+            )
+        except Deposed as exc:
+            self._depose(exc)
+        self._remember(step, codec.loads(step.result_json) if step.result_json else None, None)
+
+    def _replay_handlers(self) -> None:
+        """Re-apply the handler applications recorded at the current position: they ran
+        while the body was blocked at the operation it has just reached, so they change
+        the workflow's state before that operation returns, as they did the first time."""
+        while True:
+            recorded = self._steps.get(self._seq)
+            if recorded is None or recorded.kind != StepKind.HANDLER:
+                return
+            self._apply_recorded(recorded)
+
+    def _pending_messages(self, refresh: bool) -> list[PendingMessage]:
+        if self._pending is None or refresh:
+            self._pending = list(self._engine.store.pending_messages(self._claimed.run_id))
+            self._pending_fresh = True
+        return self._pending
+
+    def _deliver(
+        self,
+        *,
+        take: Callable[[PendingMessage], bool] | None = None,
+        done: Callable[[], bool] | None = None,
+        before: Callable[[], None] | None = None,
+    ) -> tuple[PendingMessage | None, bool]:
+        """While blocked: apply pending signals and updates to their handlers, in arrival
+        order. Stops at the first message ``take`` accepts (returned, for the caller to
+        consume) or once ``done()`` holds after a handler (then ``(None, True)``).
+        ``before`` runs once, before the first handler application is recorded.
+
+        The messages are read once per turn; before giving up they are read again, so a
+        message that arrived during the turn is seen. One that arrives after that wakes
+        the run when it parks (the park and the message's insert lock the same row)."""
+        if self._read_only or (take is None and not self._signal_handlers and not self._update_handlers):
+            return None, False
+        fresh_read = False
+        while True:
+            messages = self._pending_messages(refresh=fresh_read)
+            fresh_read = fresh_read or self._pending_fresh
+            self._pending_fresh = False
+            for message in list(messages):
+                if take is not None and take(message):
+                    messages.remove(message)
+                    return message, False
+                if message.kind == MessageKind.SIGNAL and message.name not in self._signal_handlers:
+                    continue  # buffered for a later wait_signal or handler
+                if before is not None:
+                    before()
+                    before = None
+                messages.remove(message)
+                self._apply_live(message)
+                if done is not None and done():
+                    return None, True
+            if fresh_read:
+                return None, False
+            fresh_read = True
+
+    def _handler_position(self) -> int:
+        seq = self._seq
+        if seq in self._steps:
+            raise AssertionError(f"position {seq} of run {self._claimed.run_id} is already recorded")
+        self._seq += 1
+        return seq
+
+    def _apply_live(self, message: PendingMessage) -> None:
+        """Apply one pending message at the next position, recording it first."""
+        if message.kind == MessageKind.SIGNAL:
+            seq = self._handler_position()
+            info = {"signal": message.pk, "payload": message.payload}
+            self._finish_wait(
+                self._step(
+                    seq,
+                    StepKind.HANDLER,
+                    f"signal:{message.name}",
+                    StepStatus.COMPLETED,
+                    result_json=codec.dumps(info),
+                ),
+                signal_pk=message.pk,
+            )
+            self._call_signal_handler(message.name, message.payload)
+            return
+        entry = self._update_handlers.get(message.name)
+        if entry is None:
+            # Accepted against a replay that registered the handler, yet this code has
+            # none: the workflow changed under the run. Answer instead of leaving the
+            # caller waiting.
+            error = {
+                "type": "django_weft.UnknownHandler",
+                "message": f"the workflow has no handler for update {message.name!r} at this point "
+                f"(handlers: {', '.join(self.registered('update')) or 'none'})",
+            }
+            try:
+                self._engine.store.fail_update(
+                    self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, message.pk, error
+                )
+            except Deposed as exc:
+                self._depose(exc)
+            return
+        seq = self._handler_position()
+        info = {"update": message.pk, "update_id": message.update_id, "payload": message.payload}
+        step = self._step(
+            seq,
+            StepKind.HANDLER,
+            f"update:{message.name}",
+            StepStatus.WAITING,
+            result_json=codec.dumps(info),
+            finished=False,
+        )
+        faults.hit("before_update_apply", run_id=self._claimed.run_id, seq=seq, engine=self._engine)
+        try:
+            self._engine.store.apply_update(
+                self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, step, message.pk
+            )
+        except Deposed as exc:
+            self._depose(exc)
+        self._remember(step, info, None)
+        self._finish_update(seq, message.name, entry, info, step.started_at)
+
+    def _apply_recorded(self, recorded: StepRecord) -> None:
+        """Replay one recorded handler application (its inner steps replay as usual)."""
+        seq = self._seq
+        self._seq += 1
+        kind, _, name = recorded.name.partition(":")
+        info = dict(recorded.result or {})
+        table: dict[str, Any] = self._signal_handlers if kind == MessageKind.SIGNAL else self._update_handlers
+        if name not in table:
+            self._fatal = NonDeterminismError(
+                f"run {self._claimed.run_id} ({self._claimed.workflow_name}) is not deterministic: "
+                f"at position {seq} the history records the {kind} handler {name!r}, but the code "
+                f"has no such handler registered there (it has: {', '.join(sorted(table)) or 'none'}). "
+                "Register the handler before the point where the workflow blocks, as the code that "
+                "recorded it did; then retry the run",
+                run_id=self._claimed.run_id,
+                position=seq,
+                recorded={"kind": recorded.kind, "name": recorded.name},
+                requested={"kind": StepKind.HANDLER, "name": ""},
+            )
+            raise self._fatal
+        if kind == MessageKind.SIGNAL:
+            self._call_signal_handler(name, info.get("payload"))
+        elif recorded.status == StepStatus.COMPLETED:
+            self._call_update_handler(name, table[name], info.get("payload"))  # for its effects
+        else:
+            # Applied, but the turn ended before the outcome was recorded: finish it now.
+            info.pop("outcome", None)
+            self._finish_update(seq, name, table[name], info, recorded.started_at)
+
+    def _call_signal_handler(self, name: str, payload: Any) -> None:
+        previous, self._in_handler = self._in_handler, f"handler of signal {name!r}"
+        try:
+            self._signal_handlers[name](payload)
+        finally:
+            self._in_handler = previous
+
+    def _call_update_handler(self, name: str, entry: UpdateHandler, payload: Any) -> tuple[bool, Any]:
+        """Run an update handler: ``(True, JSON value)`` or ``(False, error description)``."""
+        previous, self._in_handler = self._in_handler, f"handler of update {name!r}"
+        try:
+            value = entry.handler(payload)
+            return True, codec.roundtrip(value, what=f"the result of update {name}")[0]
+        except Exception as exc:
+            return False, describe_exception(exc)
+        finally:
+            self._in_handler = previous
+
+    def _finish_update(
+        self, seq: int, name: str, entry: UpdateHandler, info: dict[str, Any], started_at: datetime | None
+    ) -> None:
+        ok, value = self._call_update_handler(name, entry, info.get("payload"))
+        self._frontier()
+        faults.hit("before_update_answer", run_id=self._claimed.run_id, seq=seq, engine=self._engine)
+        outcome = {"ok": True, "result": value} if ok else {"ok": False, "error": value}
+        step = self._step(
+            seq,
+            StepKind.HANDLER,
+            f"update:{name}",
+            StepStatus.COMPLETED,
+            result_json=codec.dumps({**info, "outcome": outcome}),
+            started_at=started_at,
+        )
+        try:
+            self._engine.store.answer_update(
+                self._claimed.run_id,
+                self._engine.engine_id,
+                self._claimed.epoch,
+                step,
+                int(info["update"]),
+                ok=ok,
+                result_json=codec.dumps(value) if ok else None,
+                error_json=None if ok else codec.dumps(value),
+            )
+        except Deposed as exc:
+            self._depose(exc)
+        self._remember(step, {**info, "outcome": outcome}, None)
 
     # -- recorded values ---------------------------------------------------------------
 
@@ -757,6 +1273,7 @@ class WorkflowContext:
         seq, recorded = self._next(StepKind.SIDE_EFFECT, label)
         if recorded is not None:
             return recorded.result
+        self._frontier()
         value, result_json = codec.roundtrip(fn(), what=f"the result of side effect {label}")
         self._commit(
             self._step(seq, StepKind.SIDE_EFFECT, label, StepStatus.COMPLETED, result_json=result_json)
@@ -797,6 +1314,7 @@ class WorkflowContext:
 
     def continue_as_new(self, *args: Any, **kwargs: Any) -> None:
         """Finish this run as ``continued`` and start a fresh run of the same workflow id."""
+        self._forbid_in_handler("continue as new")
         self._enter()
         self._unwinding = ContinueAsNew(args, kwargs)
         raise self._unwinding

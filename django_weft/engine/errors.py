@@ -85,8 +85,45 @@ class SignalTimeout(WeftError, TimeoutError):
     """``ctx.wait_signal`` reached its timeout before a signal arrived."""
 
 
-class UpdateValidationError(WeftError):
-    """An update's validator rejected its payload; ``issues`` lists what to fix."""
+class UpdateValidationError(WeftError, ValueError):
+    """An update's validator rejected its payload; nothing was stored.
+
+    ``issues`` lists what to fix: dicts with ``field`` (a dotted path, or ``None`` for the
+    payload as a whole) and ``message``."""
+
+    issues: list[dict[str, Any]]
+
+
+class UnknownHandler(WeftError, LookupError):
+    """A query or update names a handler the workflow has not registered (at the point its
+    run has reached); ``registered`` lists the names it has."""
+
+    kind: str
+    name: str
+    registered: list[str]
+
+
+class UpdateFailed(WeftError):
+    """The update was applied, but its handler raised; carries that error's type, message
+    and traceback. The run itself goes on."""
+
+    run_id: str
+    update_id: str
+    error_type: str | None
+    error_message: str | None
+    error_traceback: str | None
+
+
+class UpdateTimeout(WeftError, TimeoutError):
+    """The update was accepted and is durable, but no outcome arrived within ``wait``
+    seconds; poll with ``handle.update_result(update_id)``."""
+
+    run_id: str
+    update_id: str
+
+
+class QueryFailed(WeftError):
+    """The query handler raised (or returned a value that is not JSON)."""
 
 
 class ActivityFailed(WeftError):

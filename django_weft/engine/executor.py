@@ -14,10 +14,18 @@ from datetime import datetime
 from typing import Any
 
 from . import codec, faults
-from .context import ContinueAsNew, DeposedUnwind, Park, WorkflowContext, _Unwind, describe_exception
+from .context import (
+    ContinueAsNew,
+    DeposedUnwind,
+    Park,
+    QueryFrontier,
+    WorkflowContext,
+    _Unwind,
+    describe_exception,
+)
 from .errors import ActivityFailed, Deposed, NonDeterminismError, PayloadError, WorkflowNotRegistered
 from .ports import Dispatcher, TurnStore
-from .records import FailureCategory
+from .records import ClaimedRun, FailureCategory
 from .registry import Registry, registry
 from .retry import RetryPolicy
 
@@ -170,6 +178,28 @@ class Engine:
                 if self._held.get(run_id) == claimed.epoch:
                     del self._held[run_id]
                 self._lost.discard(run_id)
+
+    def replay_read_only(self, claimed: ClaimedRun) -> WorkflowContext:
+        """Re-execute the workflow function over ``claimed``'s recorded history without
+        executing or writing anything, and return the context at the point reached: the
+        end of the history (where the run is blocked or will continue) or the function's
+        return. What the handlers registered there see is the workflow's current state.
+
+        Used for queries and update validation; takes no lease. Raises
+        ``NonDeterminismError`` when the code no longer matches the history."""
+        workflow = self.workflows.get_workflow(claimed.workflow_name)
+        ctx = WorkflowContext(self, claimed, self.config(), workflow, read_only=True)
+        try:
+            workflow(ctx, *claimed.args, **claimed.kwargs)
+        except _Unwind:
+            pass
+        except Exception:
+            pass
+        if ctx._fatal is not None:
+            raise ctx._fatal
+        if ctx._unwinding is not None and not isinstance(ctx._unwinding, QueryFrontier | ContinueAsNew):
+            raise AssertionError(f"unexpected unwinding {ctx._unwinding!r} in a read-only replay")
+        return ctx
 
     def _drive(self, claimed: Any, workflow: Any, config: EngineConfig, label: str) -> TurnOutcome:
         run_id, epoch, me = claimed.run_id, claimed.epoch, self.engine_id

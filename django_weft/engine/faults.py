@@ -31,6 +31,8 @@ POINTS = frozenset(
         "atomic_before_commit",
         "before_park",
         "before_complete",
+        "before_update_apply",
+        "before_update_answer",
     }
 )
 

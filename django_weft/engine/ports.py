@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
-from .records import ClaimedRun, StepWrite, TimerWrite
+from .records import ClaimedRun, PendingMessage, StepWrite, TimerWrite
 
 
 class TurnStore(Protocol):
@@ -45,6 +45,36 @@ class TurnStore(Protocol):
         self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
     ) -> None:
         """Record a queued activity attempt as ``scheduled`` with its dispatch deadline, fenced."""
+
+    def pending_messages(self, run_id: str) -> list[PendingMessage]:
+        """The run's unconsumed signals and accepted, unapplied updates, in arrival order."""
+
+    def finish_wait(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, *, signal_pk: int | None = None
+    ) -> None:
+        """Record a message wait's step (or a signal handler's application), consume the
+        signal ``signal_pk`` and remove the timers at the step's position, fenced."""
+
+    def apply_update(self, run_id: str, owner: str, epoch: int, step: StepWrite, update_pk: int) -> None:
+        """Record the start of an update's application at ``step.seq``, fenced; the update
+        is no longer pending from then on."""
+
+    def answer_update(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        step: StepWrite,
+        update_pk: int,
+        *,
+        ok: bool,
+        result_json: str | None,
+        error_json: str | None,
+    ) -> None:
+        """Record an update's outcome on its step and its row, fenced."""
+
+    def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
+        """Answer a pending update with ``error`` without applying it, fenced."""
 
     def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None: ...
 

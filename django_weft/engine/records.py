@@ -32,6 +32,9 @@ class StepKind(enum.StrEnum):
     SIDE_EFFECT = "side_effect"
     PATCH = "patch"
     WAIT = "wait"  # the recorded choice of ctx.wait_any
+    SIGNAL = "signal"  # ctx.wait_signal: the signal it consumed, or its timeout
+    CONDITION = "condition"  # ctx.wait_condition: satisfied or timed out
+    HANDLER = "handler"  # a signal or update handler applied while the body was blocked
 
 
 class StepStatus(enum.StrEnum):
@@ -123,3 +126,20 @@ class ClaimedRun:
     created_at: datetime
     db_now: datetime
     steps: dict[int, StepRecord] = field(default_factory=dict)
+
+
+class MessageKind(enum.StrEnum):
+    SIGNAL = "signal"
+    UPDATE = "update"
+
+
+@dataclass(frozen=True)
+class PendingMessage:
+    """A signal not yet consumed or an update accepted and not yet applied, as a turn
+    sees it; ``pk`` is the row's id (arrival order within its kind)."""
+
+    kind: str
+    pk: int
+    name: str
+    payload: Any
+    update_id: str | None = None

@@ -18,6 +18,9 @@ class Step(models.Model):
         SIDE_EFFECT = StepKind.SIDE_EFFECT, _("side effect")
         PATCH = StepKind.PATCH, _("patch marker")
         WAIT = StepKind.WAIT, _("wait for any")
+        SIGNAL = StepKind.SIGNAL, _("wait for a signal")
+        CONDITION = StepKind.CONDITION, _("wait for a condition")
+        HANDLER = StepKind.HANDLER, _("handler")
 
     class Status(models.TextChoices):
         COMPLETED = StepStatus.COMPLETED, _("completed")

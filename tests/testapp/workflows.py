@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from django_weft import RetryPolicy, activity, activity_info, workflow
+from django_weft import RetryPolicy, SignalTimeout, activity, activity_info, workflow
 
 from .models import LedgerEntry, SideEffect
 
@@ -420,3 +420,99 @@ def queued_background(ctx: Any, key: str) -> int:
     handle = ctx.start(queued_flaky, key, 1)
     ctx.sleep(30)
     return int(handle.result())
+
+
+# -- signals, updates and queries --------------------------------------------------------
+
+
+@workflow(name="tests.m.collect")
+def collect_signals(ctx: Any, name: str, count: int) -> list[Any]:
+    """Consumes ``count`` signals ``name`` in a loop; answers query "received"."""
+    received: list[Any] = []
+    ctx.on_query("received", lambda: list(received))
+    for _ in range(count):
+        received.append(ctx.wait_signal(name))
+    return received
+
+
+@workflow(name="tests.m.wait_with_timeout")
+def wait_with_timeout(ctx: Any, timeout: float) -> str:
+    try:
+        payload = ctx.wait_signal("go", timeout=timeout)
+    except SignalTimeout:
+        return "timed out"
+    return f"got {payload}"
+
+
+@activity(name="tests.m.bomb", retry=NO_RETRY)
+def bomb(key: str) -> None:
+    """Fails any test that calls it: queries must never run activities."""
+    SideEffect.objects.create(key=f"bomb:{key}")
+    raise AssertionError("an activity ran during a query")
+
+
+@activity(name="tests.m.audit", retry=NO_RETRY, atomic=True)
+def audit(key: str, value: Any = None) -> Any:
+    """Counts executions (one SideEffect row each, committed with the step)."""
+    SideEffect.objects.create(key=key)
+    return value
+
+
+def _city_validator(payload: Any) -> None:
+    if not isinstance(payload, dict) or not payload.get("city"):
+        raise ValueError("city is required")
+
+
+@workflow(name="tests.m.cart")
+def cart(ctx: Any, key: str) -> dict[str, Any]:
+    """Items arrive by signal handler, the address by update; checks out on "checkout"."""
+    state: dict[str, Any] = {"items": [], "address": None, "closed": False}
+    ctx.on_query("state", lambda: state)
+    ctx.on_query("count", lambda plus=0: len(state["items"]) + plus)
+    ctx.on_signal("add", lambda item: state["items"].append(item))
+
+    def change_address(new: dict[str, Any]) -> dict[str, Any]:
+        ctx.run(audit, f"{key}:address", new)
+        state["address"] = new
+        return {"address": new, "items": len(state["items"])}
+
+    def close(_payload: Any) -> str:
+        state["closed"] = True
+        return "closed"
+
+    ctx.on_update("address", change_address, validator=_city_validator)
+    ctx.on_update("close", close)
+    ctx.on_update("nap", lambda _payload: ctx.sleep(1))
+    ctx.on_update("broken", lambda _payload: 1 / 0)
+    ctx.wait_condition(lambda: state["closed"])
+    return state
+
+
+@workflow(name="tests.m.query_guard")
+def query_guard(ctx: Any, key: str) -> str:
+    """Waits for a signal, then runs an activity that must never run during a query."""
+    stage = {"value": "started"}
+    ctx.on_query("stage", lambda: stage["value"])
+    ctx.run(record, f"{key}:before")
+    stage["value"] = "waiting"
+    ctx.wait_signal("go")
+    stage["value"] = "running bomb"
+    ctx.run(bomb, key)
+    return "unreachable"
+
+
+@workflow(name="tests.m.condition")
+def condition(ctx: Any, needed: int, timeout: float | None = None) -> dict[str, Any]:
+    seen: list[Any] = []
+    ctx.on_signal("item", seen.append)
+    ok = ctx.wait_condition(lambda: len(seen) >= needed, timeout=timeout)
+    return {"ok": ok, "seen": list(seen)}
+
+
+@workflow(name="tests.m.sleep_with_handlers")
+def sleep_with_handlers(ctx: Any, seconds: float) -> dict[str, Any]:
+    notes: list[Any] = []
+    ctx.on_signal("note", notes.append)
+    ctx.on_update("notes", lambda _payload: list(notes))
+    ctx.sleep(seconds)
+    return {"notes": notes}

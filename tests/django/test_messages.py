@@ -1,0 +1,519 @@
+"""Signals, updates and queries: talking to running workflows."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from django_weft import (
+    PayloadError,
+    UnknownHandler,
+    UpdateFailed,
+    UpdateTimeout,
+    UpdateValidationError,
+    WorkflowNotFound,
+    WorkflowTerminalError,
+    client,
+)
+from django_weft.dispatch import SweepOnlyDispatcher
+from django_weft.engine import faults
+from django_weft.engine.errors import InvalidInput
+from django_weft.engine.executor import TurnOutcome
+from django_weft.engine.records import StepWrite
+from django_weft.models import Signal, Step, Timer, Update, WorkflowRun
+from django_weft.runtime import tick
+from django_weft.store import DjangoStore
+from django_weft.testing import drive, make_engine
+from tests.testapp.models import SideEffect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Driver:
+    """A worker in a thread: fires due timers and runs turns of runnable runs."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._loop, name="driver", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        engine = make_engine("driver")
+        sweep = SweepOnlyDispatcher()
+        try:
+            while not self._stop.is_set():
+                tick(sweep)
+                for run_id in list(WorkflowRun.objects.runnable().values_list("pk", flat=True)):
+                    engine.run_turn(str(run_id))
+                time.sleep(0.002)
+        except BaseException as exc:
+            self.errors.append(exc)
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self.errors, self.errors
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    worker = Driver()
+    yield worker
+    worker.stop()
+
+
+def table_snapshot(run_id: str) -> dict[str, Any]:
+    """Everything a read-only operation must leave unchanged."""
+    run = WorkflowRun.objects.filter(pk=run_id).values().get()
+    return {
+        "run": run,
+        "steps": list(Step.objects.filter(run_id=run_id).order_by("seq").values()),
+        "timers": list(Timer.objects.order_by("pk").values()),
+        "signals": list(Signal.objects.order_by("pk").values()),
+        "updates": list(Update.objects.order_by("pk").values()),
+        "side_effects": SideEffect.objects.count(),
+    }
+
+
+def park(run_id: str) -> None:
+    assert make_engine().run_turn(run_id) == TurnOutcome.PARKED
+    assert WorkflowRun.objects.get(pk=run_id).status == "waiting"
+
+
+# -- signals ---------------------------------------------------------------------------
+
+
+def test_signals_sent_before_the_wait_are_buffered_and_consumed_in_order() -> None:
+    handle = client.start("tests.m.collect", args=["x", 3])
+    for n in range(3):
+        handle.signal("x", {"n": n})
+    assert drive(handle.run_id) == "completed"
+    assert handle.result() == [{"n": 0}, {"n": 1}, {"n": 2}]
+    consumed = list(Signal.objects.filter(run_id=handle.run_id).order_by("pk").values_list("consumed_seq", flat=True))
+    assert consumed == [0, 1, 2]
+    history = handle.history()
+    assert [(h["kind"], h["name"], h["result"]["payload"]) for h in history] == [
+        ("signal", "x", {"n": n}) for n in range(3)
+    ]
+
+
+def test_a_signal_wakes_the_parked_run_and_is_consumed_there() -> None:
+    handle = client.start("tests.m.collect", args=["x", 1])
+    park(handle.run_id)
+    run = WorkflowRun.objects.get(pk=handle.run_id)
+    assert run.waiting_on["kind"] == "signal" and run.waiting_on["signals"] == ["x"]
+    handle.signal("other")  # not waited for: buffered, the run stays parked
+    assert WorkflowRun.objects.get(pk=handle.run_id).status == "waiting"
+    handle.signal("x", "hello")
+    run = WorkflowRun.objects.get(pk=handle.run_id)
+    assert run.status == "running" and run.owner_id is None and run.ready_at is not None
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
+    assert handle.result() == ["hello"]
+    assert Signal.objects.get(run_id=handle.run_id, name="other").consumed_seq is None
+
+
+def test_a_signal_that_arrives_while_the_turn_runs_is_not_lost() -> None:
+    """The signal commits after the turn looked at the buffer and before it parks: the park
+    sees it (both lock the run row) and leaves the run runnable."""
+    handle = client.start("tests.m.collect", args=["x", 1])
+
+    def send_during_turn(_context: dict[str, Any]) -> None:
+        thread = threading.Thread(target=lambda: (handle.signal("x", "late"), connection.close()))
+        thread.start()
+        thread.join(10)
+
+    faults.arm("before_park", send_during_turn)
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
+    faults.disarm()
+    run = WorkflowRun.objects.get(pk=handle.run_id)
+    assert run.status == "running" and run.owner_id is None, "the run parked past a pending signal"
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
+    assert handle.result() == ["late"]
+
+
+def test_a_repeated_signal_id_is_accepted_once_and_consumed_once() -> None:
+    handle = client.start("tests.m.collect", args=["x", 2])
+    first = handle.signal("x", "a", signal_id="s-1")
+    again = handle.signal("x", "a (again)", signal_id="s-1")
+    other = handle.signal("x", "b", signal_id="s-2")
+    assert not first.duplicate and again.duplicate
+    assert again.sequence == first.sequence and again.received_at == first.received_at
+    assert other.sequence > first.sequence
+    assert Signal.objects.filter(run_id=handle.run_id).count() == 2
+    assert drive(handle.run_id) == "completed"
+    assert handle.result() == ["a", "b"]
+
+
+@pytest.mark.postgres
+def test_concurrent_repeats_of_a_signal_id_store_one_signal() -> None:
+    handle = client.start("tests.m.collect", args=["x", 1])
+    barrier = threading.Barrier(8)
+    results: list[Any] = []
+
+    def send() -> None:
+        try:
+            barrier.wait(10)
+            results.append(handle.signal("x", "once", signal_id="same"))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 8
+    assert len({r.sequence for r in results}) == 1
+    assert sum(not r.duplicate for r in results) == 1
+    assert Signal.objects.filter(run_id=handle.run_id).count() == 1
+
+
+def test_a_signal_to_a_finished_run_is_refused_and_stores_nothing() -> None:
+    handle = client.start("tests.echo", args=[1])
+    assert drive(handle.run_id) == "completed"
+    with pytest.raises(WorkflowTerminalError, match="completed"):
+        handle.signal("x", "too late")
+    assert Signal.objects.count() == 0
+    with pytest.raises(WorkflowNotFound):
+        client.get_handle("no-such-run").signal("x")
+
+
+def test_bad_signal_input_is_refused_with_what_to_fix(settings: Any) -> None:
+    handle = client.start("tests.m.collect", args=["x", 1])
+    settings.WEFT_MAX_PAYLOAD_BYTES = 100
+    with pytest.raises(PayloadError, match="100"):
+        handle.signal("x", "y" * 200)
+    with pytest.raises(PayloadError):
+        handle.signal("x", {1, 2})
+    with pytest.raises(InvalidInput, match="non-empty"):
+        handle.signal("")
+    with pytest.raises(InvalidInput, match="signal_id"):
+        handle.signal("x", signal_id="")
+    with pytest.raises(InvalidInput, match="limit is 200"):
+        handle.signal("x" * 201)
+    assert Signal.objects.count() == 0
+
+
+def test_wait_signal_times_out_durably_and_a_signal_in_time_wins() -> None:
+    late = client.start("tests.m.wait_with_timeout", args=[0.3])
+    park(late.run_id)
+    timer = Timer.objects.get(run_id=late.run_id)
+    assert timer.kind == "signal_timeout"
+    assert drive(late.run_id) == "completed"
+    assert late.result() == "timed out"
+    with pytest.raises(WorkflowTerminalError):
+        late.signal("go", "after the end")
+
+    in_time = client.start("tests.m.wait_with_timeout", args=[30])
+    park(in_time.run_id)
+    in_time.signal("go", "now")
+    assert drive(in_time.run_id) == "completed"
+    assert in_time.result() == "got now"
+    # The consumed wait removed its timeout timer: nothing wakes the run later.
+    assert not Timer.objects.filter(run_id=in_time.run_id).exists()
+
+
+@pytest.mark.postgres
+def test_a_thousand_signals_from_eight_threads_are_each_consumed_once_in_sender_order(driver: Driver) -> None:
+    senders, per_sender = 8, 125
+    handle = client.start("tests.m.collect", args=["tick", senders * per_sender])
+
+    def send(sender: int) -> None:
+        try:
+            for n in range(per_sender):
+                handle.signal("tick", {"sender": sender, "n": n})
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    received = handle.result(timeout=120)
+    assert len(received) == senders * per_sender
+    assert len({(r["sender"], r["n"]) for r in received}) == senders * per_sender  # each exactly once
+    for sender in range(senders):
+        assert [r["n"] for r in received if r["sender"] == sender] == list(range(per_sender))
+    assert not Signal.objects.filter(run_id=handle.run_id, consumed_seq__isnull=True).exists()
+    steps = Step.objects.filter(run_id=handle.run_id, kind="signal")
+    assert steps.count() == senders * per_sender
+    consumed_at = dict(Signal.objects.filter(run_id=handle.run_id).values_list("pk", "consumed_seq"))
+    # History order is arrival order: the signal rows were numbered under the run's lock.
+    assert [consumed_at[pk] for pk in sorted(consumed_at)] == list(range(senders * per_sender))
+
+
+# -- signal_with_start -----------------------------------------------------------------
+
+
+def test_signal_with_start_starts_once_then_signals_the_live_run() -> None:
+    first = client.signal_with_start("tests.m.collect", args=["x", 2], id="sws-1", signal="x", payload=1)
+    second = client.signal_with_start("tests.m.collect", args=["x", 2], id="sws-1", signal="x", payload=2)
+    assert first == second
+    assert WorkflowRun.objects.filter(workflow_id="sws-1").count() == 1
+    assert drive(first.run_id) == "completed"
+    assert first.result() == [1, 2]
+    third = client.signal_with_start("tests.m.collect", args=["x", 1], id="sws-1", signal="x", payload=3)
+    assert third.run_id != first.run_id  # the first run finished: a new one is started
+    assert drive(third.run_id) == "completed" and third.result() == [3]
+
+
+@pytest.mark.postgres
+def test_concurrent_signal_with_start_converges_on_one_run() -> None:
+    barrier = threading.Barrier(6)
+    handles: list[Any] = []
+
+    def call(n: int) -> None:
+        try:
+            barrier.wait(10)
+            handles.append(
+                client.signal_with_start("tests.m.collect", args=["x", 6], id="sws-race", signal="x", payload=n)
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len({h.run_id for h in handles}) == 1
+    assert drive(handles[0].run_id) == "completed"
+    assert sorted(handles[0].result()) == list(range(6))
+
+
+def test_signal_with_start_validates_everything_before_writing() -> None:
+    with pytest.raises(InvalidInput):
+        client.signal_with_start("tests.m.collect", args=["x", 1], id="", signal="x")
+    with pytest.raises(InvalidInput):
+        client.signal_with_start("tests.m.collect", args=["x", 1], id="sws-bad", signal="")
+    assert WorkflowRun.objects.count() == 0 and Signal.objects.count() == 0
+
+
+# -- queries ---------------------------------------------------------------------------
+
+
+def test_a_query_on_a_waiting_run_returns_its_state_and_changes_nothing() -> None:
+    handle = client.start("tests.m.cart", args=["q"])
+    park(handle.run_id)
+    for item in ("apple", "pear"):
+        handle.signal("add", item)
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED  # the handler ran
+    before = table_snapshot(handle.run_id)
+    assert handle.query("state") == {"items": ["apple", "pear"], "address": None, "closed": False}
+    assert handle.query("count", 10) == 12
+    assert table_snapshot(handle.run_id) == before
+
+
+def test_a_query_never_runs_an_activity() -> None:
+    handle = client.start("tests.m.query_guard", args=["g"])
+    # Before any turn: the replay stops at the first activity, which it does not run.
+    assert handle.query("stage") == "started"
+    assert SideEffect.objects.count() == 0
+    park(handle.run_id)
+    assert handle.query("stage") == "waiting"
+    accepted = handle.signal("go")
+    # A worker claims the run and consumes the signal; a query now, while it drives the
+    # run, replays up to the activity that must not run in a query.
+    store = DjangoStore()
+    owned = store.claim(handle.run_id, "engine-x", 30, 0)
+    assert owned is not None
+    now = owned.db_now
+    store.finish_wait(
+        handle.run_id,
+        "engine-x",
+        owned.epoch,
+        StepWrite(1, "signal", "go", "completed", None, '{"signal": %d, "payload": null}' % accepted.sequence,
+                  None, 1, now, now),
+        signal_pk=accepted.sequence,
+    )  # fmt: skip
+    before = table_snapshot(handle.run_id)
+    assert handle.query("stage") == "running bomb"
+    assert table_snapshot(handle.run_id) == before
+    assert not SideEffect.objects.filter(key="bomb:g").exists()
+
+
+def test_an_unknown_query_lists_the_registered_ones() -> None:
+    handle = client.start("tests.m.cart", args=["q"])
+    with pytest.raises(UnknownHandler, match="registered query handlers: count, state") as caught:
+        handle.query("nope")
+    assert caught.value.registered == ["count", "state"]
+
+
+def test_weft_query_and_weft_signal_commands(capsys: Any) -> None:
+    handle = client.start("tests.m.collect", args=["x", 2])
+    call_command("weft_signal", handle.run_id, "x", "--payload", '{"n": 1}', "--signal-id", "cmd-1")
+    call_command("weft_signal", handle.workflow_id, "x", "--payload", '{"n": 1}', "--signal-id", "cmd-1")
+    out = capsys.readouterr().out
+    assert "accepted" in out and "already accepted before" in out
+    park_or_run = make_engine().run_turn(handle.run_id)
+    assert park_or_run == TurnOutcome.PARKED
+    call_command("weft_query", handle.run_id, "received")
+    assert '"n": 1' in capsys.readouterr().out
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="JSON"):
+        call_command("weft_signal", handle.run_id, "x", "--payload", "{not json")
+    with pytest.raises(CommandError, match="registered query handlers: received"):
+        call_command("weft_query", handle.run_id, "nope")
+
+
+# -- updates ---------------------------------------------------------------------------
+
+
+def test_a_rejected_update_writes_nothing_and_returns_the_issues() -> None:
+    handle = client.start("tests.m.cart", args=["u"])
+    park(handle.run_id)
+    before = table_snapshot(handle.run_id)
+    with pytest.raises(UpdateValidationError, match="city is required") as caught:
+        handle.update("address", {"street": "Main St"}, wait=0)
+    assert caught.value.issues == [{"field": None, "message": "city is required"}]
+    assert table_snapshot(handle.run_id) == before
+    assert Update.objects.count() == 0
+
+
+def test_an_accepted_update_returns_the_handlers_result(driver: Driver) -> None:
+    handle = client.start("tests.m.cart", args=["u"])
+    handle.signal("add", "apple")
+    result = handle.update("address", {"city": "Oslo"}, update_id="addr-1", wait=30)
+    assert result == {"address": {"city": "Oslo"}, "items": 1}
+    update = Update.objects.get(update_id="addr-1")
+    assert update.status == "completed" and update.result == result and update.applied_seq is not None
+    marker = Step.objects.get(run_id=handle.run_id, seq=update.applied_seq)
+    assert (marker.kind, marker.name, marker.status) == ("handler", "update:address", "completed")
+    # The same update_id again returns the stored outcome; the handler ran once.
+    assert handle.update("address", {"city": "Oslo"}, update_id="addr-1", wait=30) == result
+    assert SideEffect.objects.filter(key="u:address").count() == 1
+    assert handle.query("state")["address"] == {"city": "Oslo"}
+    assert handle.update("close", wait=30) == "closed"
+    assert handle.result(timeout=30)["address"] == {"city": "Oslo"}
+
+
+def test_an_update_that_times_out_can_be_polled_by_its_id() -> None:
+    handle = client.start("tests.m.cart", args=["p"])
+    park(handle.run_id)
+    with pytest.raises(UpdateTimeout) as caught:
+        handle.update("address", {"city": "Rome"}, wait=0)
+    update_id = caught.value.update_id
+    assert Update.objects.get(update_id=update_id).status == "accepted"
+    assert WorkflowRun.objects.get(pk=handle.run_id).status == "running"  # woken
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
+    assert handle.update_result(update_id) == {"address": {"city": "Rome"}, "items": 0}
+    with pytest.raises(InvalidInput, match="no update"):
+        handle.update_result("nope")
+    with pytest.raises(InvalidInput, match="was used for update 'address'"):
+        handle.update("close", update_id=update_id, wait=0)
+
+
+def test_an_update_handler_may_not_sleep_and_a_failing_handler_fails_only_the_update() -> None:
+    handle = client.start("tests.m.cart", args=["f"])
+    park(handle.run_id)
+    for name in ("nap", "broken"):
+        with pytest.raises(UpdateTimeout) as caught:
+            handle.update(name, wait=0)
+        make_engine().run_turn(handle.run_id)
+        with pytest.raises(UpdateFailed) as failed:
+            handle.update_result(caught.value.update_id)
+        if name == "nap":
+            assert "may not sleep" in failed.value.error_message
+        else:
+            assert failed.value.error_type == "ZeroDivisionError"
+    assert WorkflowRun.objects.get(pk=handle.run_id).status == "waiting"  # the run goes on
+    with pytest.raises(UpdateTimeout):
+        handle.update("close", update_id="c", wait=0)
+    assert drive(handle.run_id) == "completed"
+    assert handle.update_result("c") == "closed"
+
+
+def test_updates_to_finished_runs_and_unknown_names_are_refused() -> None:
+    handle = client.start("tests.m.cart", args=["t"])
+    with pytest.raises(UnknownHandler, match="registered update handlers: address, broken, close, nap"):
+        handle.update("nope", wait=0)
+    with pytest.raises(UpdateTimeout):
+        handle.update("close", update_id="c", wait=0)
+    assert drive(handle.run_id) == "completed"
+    with pytest.raises(WorkflowTerminalError, match="completed"):
+        handle.update("close", wait=0)
+    assert handle.update_result("c") == "closed"  # a stored outcome stays readable
+    assert Update.objects.count() == 1
+
+
+def test_an_update_left_pending_when_the_run_finishes_is_failed() -> None:
+    handle = client.start("tests.echo", args=[1])  # never blocks, so never applies it
+    update = Update.objects.create(run_id=handle.run_id, update_id="orphan", name="missing")
+    assert drive(handle.run_id) == "completed"
+    update.refresh_from_db()
+    assert update.status == "failed" and "finished (completed)" in update.error["message"]
+
+
+# -- conditions and handlers while blocked ---------------------------------------------
+
+
+def test_wait_condition_is_re_evaluated_after_each_handler() -> None:
+    handle = client.start("tests.m.condition", args=[3])
+    park(handle.run_id)
+    for n in range(2):
+        handle.signal("item", n)
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
+    assert WorkflowRun.objects.get(pk=handle.run_id).status == "waiting"
+    for n in range(2, 5):
+        handle.signal("item", n)
+    assert drive(handle.run_id) == "completed"
+    # Satisfied after the third signal: the other two stay buffered.
+    assert handle.result() == {"ok": True, "seen": [0, 1, 2]}
+    assert Signal.objects.filter(run_id=handle.run_id, consumed_seq__isnull=True).count() == 2
+
+
+def test_wait_condition_times_out() -> None:
+    handle = client.start("tests.m.condition", args=[2, 0.2])
+    handle.signal("item", "only one")
+    assert drive(handle.run_id) == "completed"
+    assert handle.result() == {"ok": False, "seen": ["only one"]}
+
+
+def test_handlers_run_while_the_workflow_sleeps_and_replay_reapplies_them() -> None:
+    handle = client.start("tests.m.sleep_with_handlers", args=[0.5])
+    park(handle.run_id)
+    handle.signal("note", "a")
+    assert make_engine("second").run_turn(handle.run_id) == TurnOutcome.PARKED
+    with pytest.raises(UpdateTimeout) as caught:
+        handle.update("notes", wait=0)
+    handle.signal("note", "b")
+    assert make_engine("third").run_turn(handle.run_id) == TurnOutcome.PARKED
+    assert handle.update_result(caught.value.update_id) == ["a"]
+    assert drive(handle.run_id) == "completed"
+    assert handle.result() == {"notes": ["a", "b"]}
+    kinds = [(s["kind"], s["name"]) for s in handle.history()]
+    assert kinds == [
+        ("sleep", "sleep"),
+        ("handler", "signal:note"),
+        ("handler", "update:notes"),
+        ("handler", "signal:note"),
+    ]
+
+
+def test_wait_signal_on_a_handled_name_is_a_clear_error() -> None:
+    from django_weft import workflow
+
+    @workflow(name="tests.m.conflict")
+    def conflict(ctx: Any) -> None:
+        ctx.on_signal("x", print)
+        ctx.wait_signal("x")
+
+    try:
+        handle = client.start("tests.m.conflict")
+        assert drive(handle.run_id) == "failed"
+        assert "has a handler" in WorkflowRun.objects.get(pk=handle.run_id).error["message"]
+    finally:
+        from django_weft.engine.registry import registry
+
+        registry.unregister("tests.m.conflict")
