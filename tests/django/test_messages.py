@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -98,7 +99,8 @@ def test_signals_sent_before_the_wait_are_buffered_and_consumed_in_order() -> No
         handle.signal("x", {"n": n})
     assert drive(handle.run_id) == "completed"
     assert handle.result() == [{"n": 0}, {"n": 1}, {"n": 2}]
-    consumed = list(Signal.objects.filter(run_id=handle.run_id).order_by("pk").values_list("consumed_seq", flat=True))
+    signals = Signal.objects.filter(run_id=handle.run_id).order_by("pk")
+    consumed = list(signals.values_list("consumed_seq", flat=True))
     assert consumed == [0, 1, 2]
     history = handle.history()
     assert [(h["kind"], h["name"], h["result"]["payload"]) for h in history] == [
@@ -276,7 +278,9 @@ def test_concurrent_signal_with_start_converges_on_one_run() -> None:
         try:
             barrier.wait(10)
             handles.append(
-                client.signal_with_start("tests.m.collect", args=["x", 6], id="sws-race", signal="x", payload=n)
+                client.signal_with_start(
+                    "tests.m.collect", args=["x", 6], id="sws-race", signal="x", payload=n
+                )
             )
         finally:
             connection.close()
@@ -328,14 +332,9 @@ def test_a_query_never_runs_an_activity() -> None:
     owned = store.claim(handle.run_id, "engine-x", 30, 0)
     assert owned is not None
     now = owned.db_now
-    store.finish_wait(
-        handle.run_id,
-        "engine-x",
-        owned.epoch,
-        StepWrite(1, "signal", "go", "completed", None, '{"signal": %d, "payload": null}' % accepted.sequence,
-                  None, 1, now, now),
-        signal_pk=accepted.sequence,
-    )  # fmt: skip
+    result = json.dumps({"signal": accepted.sequence, "payload": None})
+    step = StepWrite(1, "signal", "go", "completed", None, result, None, 1, now, now)
+    store.finish_wait(handle.run_id, "engine-x", owned.epoch, step, signal_pk=accepted.sequence)
     before = table_snapshot(handle.run_id)
     assert handle.query("stage") == "running bomb"
     assert table_snapshot(handle.run_id) == before
