@@ -516,3 +516,78 @@ def test_wait_signal_on_a_handled_name_is_a_clear_error() -> None:
         from django_weft.engine.registry import registry
 
         registry.unregister("tests.m.conflict")
+
+
+# -- validators ------------------------------------------------------------------------
+
+
+def issues_of(validator: Any, payload: Any) -> list[dict[str, Any]]:
+    from django_weft.validation import validate_payload
+
+    try:
+        validate_payload(validator, payload, what="the validator")
+    except UpdateValidationError as exc:
+        assert "rejected the payload" in exc.message
+        return exc.issues
+    return []
+
+
+def test_a_drf_serializer_validates_per_field() -> None:
+    from rest_framework import serializers
+
+    class Address(serializers.Serializer):  # type: ignore[type-arg]
+        city = serializers.CharField()
+        zip = serializers.RegexField(r"^\d{4}$")
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if attrs["city"] == "Nowhere":
+                raise serializers.ValidationError("no deliveries to Nowhere")
+            return attrs
+
+    class Order(serializers.Serializer):  # type: ignore[type-arg]
+        address = Address()
+
+    assert issues_of(Address, {"city": "Oslo", "zip": "0150"}) == []
+    assert issues_of(Address, {"zip": "abc"}) == [
+        {"field": "city", "message": "This field is required."},
+        {"field": "zip", "message": "This value does not match the required pattern."},
+    ]
+    assert issues_of(Address, {"city": "Nowhere", "zip": "1234"}) == [
+        {"field": None, "message": "no deliveries to Nowhere"}
+    ]
+    assert issues_of(Order, {"address": {"city": "Oslo"}}) == [
+        {"field": "address.zip", "message": "This field is required."}
+    ]
+
+
+def test_a_pydantic_model_validates_per_field() -> None:
+    from pydantic import BaseModel
+
+    class Address(BaseModel):
+        city: str
+        floor: int = 0
+
+    assert issues_of(Address, {"city": "Oslo", "floor": 3}) == []
+    issues = issues_of(Address, {"floor": "high"})
+    assert [issue["field"] for issue in issues] == ["city", "floor"]
+    assert all(issue["message"] for issue in issues)
+
+
+def test_callable_validators_raise_what_they_reject() -> None:
+    from django.core.exceptions import ValidationError
+    from rest_framework import serializers
+
+    def django_style(payload: Any) -> None:
+        raise ValidationError({"city": ["Enter a city."]})
+
+    def drf_style(payload: Any) -> None:
+        raise serializers.ValidationError({"zip": ["Bad zip."]})
+
+    def plain(payload: Any) -> None:
+        if payload != "ok":
+            raise ValueError("say ok")
+
+    assert issues_of(django_style, {}) == [{"field": "city", "message": "Enter a city."}]
+    assert issues_of(drf_style, {}) == [{"field": "zip", "message": "Bad zip."}]
+    assert issues_of(plain, "ok") == []
+    assert issues_of(plain, "no") == [{"field": None, "message": "say ok"}]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import signal
+import time
 from datetime import datetime
 
 import pytest
 
-from django_weft import client
-from django_weft.models import Step, WorkflowRun
+from django_weft import UpdateTimeout, client
+from django_weft.models import Step, Update, WorkflowRun
 from tests.testapp.models import LedgerEntry, SideEffect
 
 from .conftest import wait_for
@@ -98,3 +99,44 @@ def test_sigterm_releases_a_turn_that_outlasts_the_shutdown_timeout(start_worker
     start_worker()  # no lease to wait for: the next worker claims it at once
     assert handle.result(timeout=30) == "done"
     assert count("rl:slow") == 2 and count("rl:before") == 1
+
+
+@pytest.mark.parametrize("point", ["before_update_apply", "before_update_answer"])
+def test_an_update_is_applied_exactly_once_after_its_worker_was_killed(start_worker, point: str) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL after the update was accepted: before its application was recorded, or
+    after its handler ran (its activity committed) but before its outcome was recorded."""
+    handle = client.start("tests.m.cart", args=["uk"])
+    first = start_worker(faults=f"{point}:kill")
+    wait_for(lambda: status(handle.run_id) == "waiting", 15, "the run to block")
+    with pytest.raises(UpdateTimeout) as caught:
+        handle.update("address", {"city": "Oslo"}, wait=0)
+    assert first.wait(30) == -signal.SIGKILL
+    update = Update.objects.get(update_id=caught.value.update_id)
+    assert update.status == "accepted"
+    assert (update.applied_seq is None) == (point == "before_update_apply")
+    assert count("uk:address") == (1 if point == "before_update_answer" else 0)
+
+    start_worker()
+    result = handle.update_result(caught.value.update_id, wait=30)
+    assert result == {"address": {"city": "Oslo"}, "items": 0}
+    assert count("uk:address") == 1  # the handler's activity ran once in all
+    markers = Step.objects.filter(run_id=handle.run_id, kind="handler", name="update:address")
+    assert markers.count() == 1 and markers.get().status == "completed"
+    assert handle.update("close", wait=30) == "closed"
+    assert handle.result(timeout=30)["address"] == {"city": "Oslo"}
+
+
+def test_wait_signal_times_out_across_a_worker_restart(start_worker) -> None:  # type: ignore[no-untyped-def]
+    first = start_worker(tick=0.5)
+    handle = client.start("tests.m.wait_with_timeout", args=[2.0])
+    wait_for(lambda: status(handle.run_id) == "waiting", 15, "the run to wait for its signal")
+    first.signal(signal.SIGKILL)
+    first.wait(10)
+    start_worker(tick=0.5)
+    began = time.monotonic()
+    assert handle.result(timeout=30) == "timed out"
+    step = Step.objects.get(run_id=handle.run_id, kind="signal")
+    fire_at = datetime.fromisoformat(step.result["fire_at"])
+    assert step.result["timed_out"] is True
+    assert step.finished_at >= fire_at
+    assert time.monotonic() - began < 10
