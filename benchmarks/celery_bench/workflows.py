@@ -15,3 +15,30 @@ def three_steps(ctx: WorkflowContext, value: int) -> int:
     for _ in range(3):
         value = ctx.run(noop, value)
     return value
+
+
+@workflow(name="bench.signal_loop")
+def signal_loop(ctx: WorkflowContext, count: int) -> int:
+    """Consumes ``count`` signals "ping", one wait each."""
+    for _ in range(count):
+        ctx.wait_signal("ping")
+    return count
+
+
+@workflow(name="bench.counter")
+def counter(ctx: WorkflowContext) -> int:
+    """Answers update "bump" with the new count until update "stop"."""
+    state = {"count": 0, "stopped": False}
+
+    def bump(by: int) -> int:
+        state["count"] += by
+        return state["count"]
+
+    def stop(_payload: object) -> int:
+        state["stopped"] = True
+        return state["count"]
+
+    ctx.on_update("bump", bump)
+    ctx.on_update("stop", stop)
+    ctx.wait_condition(lambda: state["stopped"])
+    return state["count"]
