@@ -28,6 +28,7 @@ from .engine.context import (
     ActivityInfo,
     WorkflowContext,
     _current_activity,
+    _Unwind,
     check_message_name,
     describe_exception,
 )
@@ -40,6 +41,7 @@ from .engine.errors import (
     ResultTimeout,
     UnknownHandler,
     UpdateFailed,
+    UpdateNotFound,
     UpdateTimeout,
     WorkflowAlreadyExists,
     WorkflowCancelled,
@@ -419,21 +421,44 @@ def signal_with_start(
     value = _encode_payload(payload, f"the payload of signal {name}")
     store = get_store()
     assert spec.workflow_id is not None
-    with transaction.atomic(using=store.alias):
-        # The advisory lock of starts by id serialises concurrent signal_with_starts.
-        run = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
-        created = run is None
-        if run is None:
-            run = _create_run(store, spec, uuid.uuid4())
-        stored, duplicate, woken = store.deliver_signal(
-            run.pk, name, value, key, dispatched=delivers(get_dispatcher())
-        )
-        if woken:
-            _dispatch_on_commit(str(run.pk))
-    logger.info(
-        "run %s (%s %s): signal %s %s", run.pk, run.workflow_name, run.workflow_id, name,
-        "with a new run" if created else "received",
-    )  # fmt: skip
+    dispatched = delivers(get_dispatcher())
+    for attempt in range(3):
+        try:
+            with transaction.atomic(using=store.alias):
+                outcome = _signal_or_start(store, spec, name, value, key, dispatched)
+        except IntegrityError:
+            # A concurrent start won the one-active-run constraint (only reachable where
+            # the advisory lock is unavailable): look again.
+            if attempt == 2:
+                raise
+            continue
+        logger.info(
+            "run %s (%s): signal %s %s", outcome.run_id, outcome.workflow_id, name,
+            "with a new run" if outcome.created else "received",
+        )  # fmt: skip
+        return outcome
+    raise AssertionError("unreachable")
+
+
+def _signal_or_start(
+    store: DjangoStore, spec: _StartSpec, name: str, value: Any, key: str | None, dispatched: bool
+) -> SignalWithStartResult:
+    assert spec.workflow_id is not None
+    # The advisory lock of starts by id serialises concurrent signal_with_starts.
+    run = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
+    if run is not None:
+        try:
+            stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+        except WorkflowTerminalError:
+            # It finished between the look-up and deliver_signal's row lock; nothing was
+            # written, so a new run takes its place.
+            run = None
+    created = run is None
+    if run is None:
+        run = _create_run(store, spec, uuid.uuid4())
+        stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+    if woken:
+        _dispatch_on_commit(str(run.pk))
     return SignalWithStartResult(str(run.pk), run.workflow_id, created, _accepted(stored, duplicate))
 
 
@@ -476,6 +501,13 @@ def query(ref: str | uuid.UUID, name: str, args: list[Any] | tuple[Any, ...] | N
     try:
         value = handler(*values)
         return codec.roundtrip(value, what=f"the result of query {name}")[0]
+    except _Unwind:
+        raise QueryFailed(
+            f"query {name!r} of run {run.pk} called a workflow operation (ctx.run, ctx.now, a wait...); "
+            "query handlers may only read the workflow's state",
+            run_id=str(run.pk),
+            name=name,
+        ) from None
     except Exception as exc:
         raise QueryFailed(
             f"query {name!r} of run {run.pk} failed: {type(exc).__name__}: {exc}",
@@ -559,7 +591,7 @@ def update_result(ref: str | uuid.UUID, update_id: str, *, wait: Duration = 0) -
         .first()
     )
     if pk is None:
-        raise InvalidInput(f"run {run.pk} has no update with update_id {key!r}")
+        raise UpdateNotFound(f"run {run.pk} has no update with update_id {key!r}", run_id=str(run.pk))
     return _await_update(pk, seconds)
 
 
@@ -568,7 +600,9 @@ def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
     updates = Update.objects.using(weft_settings.DATABASE_ALIAS)
     delay = poll
     while True:
-        row = updates.filter(pk=pk).values("status", "result", "error", "update_id", "run_id", "name").get()
+        row = updates.filter(pk=pk).values("status", "result", "error", "update_id", "run_id", "name").first()
+        if row is None:
+            raise UpdateNotFound(f"update {pk} no longer exists: its run was purged")
         if row["status"] == UpdateStatus.COMPLETED:
             return row["result"]
         if row["status"] in (UpdateStatus.FAILED, UpdateStatus.REJECTED):

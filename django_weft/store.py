@@ -576,8 +576,9 @@ class DjangoStore:
     def pending_messages(self, run_id: str) -> list[PendingMessage]:
         """Unconsumed signals and accepted, unapplied updates of the run, oldest first.
 
-        Signals and updates to one run are inserted under the run's row lock, so their
-        ids grow in commit order; across the two tables, the arrival time orders them."""
+        Signals and updates to one run are inserted under the run's row lock, so the ids
+        of each grow in commit order, and each kind keeps that order here; the two are
+        interleaved by their arrival times."""
         key = uuid.UUID(str(run_id))
         signals = [
             (received, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload))
@@ -593,12 +594,18 @@ class DjangoStore:
             .order_by("id")
             .values_list("pk", "name", "payload", "update_id", "created_at")
         ]
-        if not updates:
-            return [message for _, _, message in signals]
-        if not signals:
-            return [message for _, _, message in updates]
-        merged = sorted(signals + updates, key=lambda row: (row[0], row[1], row[2].pk))
-        return [message for _, _, message in merged]
+        # A merge, not a sort: arrival times come from the senders' clocks, and a skewed
+        # clock may interleave the kinds oddly but must not reorder signals (or updates).
+        merged: list[PendingMessage] = []
+        i = j = 0
+        while i < len(signals) or j < len(updates):
+            if j == len(updates) or (i < len(signals) and signals[i][0] <= updates[j][0]):
+                merged.append(signals[i][2])
+                i += 1
+            else:
+                merged.append(updates[j][2])
+                j += 1
+        return merged
 
     def finish_wait(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, *, signal_pk: int | None = None
@@ -647,7 +654,9 @@ class DjangoStore:
         with transaction.atomic(using=self.alias):
             with self.connection.cursor() as cursor:
                 self._write_step(cursor, run_id, owner, epoch, step)
-            Update.objects.using(self.alias).filter(pk=update_pk, run_id=uuid.UUID(str(run_id))).update(
+            Update.objects.using(self.alias).filter(
+                pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
+            ).update(
                 status=UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
                 result=codec.loads(result_json) if result_json is not None else None,
                 error=codec.loads(error_json) if error_json is not None else None,

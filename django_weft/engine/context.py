@@ -297,7 +297,7 @@ class WorkflowContext:
             raise self._unwinding
         if self._fatal is not None:
             raise self._fatal
-        if self._engine.is_lost(self._claimed.run_id):
+        if not self._read_only and self._engine.is_lost(self._claimed.run_id):
             self._depose(
                 Deposed(
                     f"run {self._claimed.run_id} was taken over by another engine; stopped driving it",
@@ -624,11 +624,33 @@ class WorkflowContext:
         the list (after all have finished, so replay always sees the same outcome)."""
         self._forbid_in_handler("wait for activities")
         self._enter()
-        self._replay_handlers()
         handles = self._own_handles(handles, "wait_all")
+        seqs = [handle.seq for handle in handles]
+        # wait_all takes a position only when handlers run while it blocks: a marker
+        # naming the handles it waited for, so that a replay re-applies those handlers
+        # at this wait and at no other wait_all that reaches the same position.
+        recorded = self._steps.get(self._seq)
+        marked = (
+            recorded is not None
+            and recorded.kind == StepKind.WAIT
+            and recorded.name == "wait_all"
+            and (recorded.result or {}).get("seqs") == seqs
+        )
+        if marked:
+            self._seq += 1
+            self._replay_handlers()
         states, pending, timers = self._poll_all(handles)
         if pending:
-            self._deliver()
+            marker = None
+            if not marked:
+                marker = self._step(
+                    self._handler_position(),
+                    StepKind.WAIT,
+                    "wait_all",
+                    StepStatus.COMPLETED,
+                    result_json=codec.dumps({"seqs": seqs}),
+                )
+            self._deliver(before=_BlockingStart(self, marker).record)
             self._park({"kind": "activities", "mode": "all", "seqs": pending}, [], timers)
         for ok, value in states:
             if not ok:
@@ -644,7 +666,7 @@ class WorkflowContext:
             raise ConfigurationError("ctx.wait_any needs at least one handle")
         seq, recorded = self._next(StepKind.WAIT, "wait_any")
         self._replay_handlers()
-        if recorded is not None:
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
             index = recorded.result["index"]
             if index >= len(handles) or handles[index].seq != recorded.result["seq"]:
                 self._fatal = NonDeterminismError(
@@ -672,8 +694,14 @@ class WorkflowContext:
                     )
                 )
                 return handle
-        self._deliver()
-        return self._park({"kind": "activities", "mode": "any", "seqs": pending}, [], timers)
+        start = _BlockingStart(
+            self,
+            None
+            if recorded is not None
+            else self._step(seq, StepKind.WAIT, "wait_any", StepStatus.WAITING, finished=False),
+        )
+        self._deliver(before=start.record)
+        return self._park({"kind": "activities", "mode": "any", "seqs": pending}, start.unrecorded(), timers)
 
     def _own_handles(self, handles: Sequence[ActivityHandle[Any]], what: str) -> list[ActivityHandle[Any]]:
         handles = list(handles)
@@ -1128,9 +1156,22 @@ class WorkflowContext:
             fresh_read = True
 
     def _handler_position(self) -> int:
+        """The next position, for a record the body's code does not ask for (a handler
+        application, a wait's marker): it must be past the recorded history."""
         seq = self._seq
-        if seq in self._steps:
-            raise AssertionError(f"position {seq} of run {self._claimed.run_id} is already recorded")
+        recorded = self._steps.get(seq)
+        if recorded is not None:
+            self._fatal = NonDeterminismError(
+                f"run {self._claimed.run_id} ({self._claimed.workflow_name}) is not deterministic: "
+                f"the workflow blocks at position {seq}, where the history records {recorded.kind} "
+                f"{recorded.name!r}. Restore the previous code for running workflows, or guard the "
+                "change with ctx.patched(...); then retry the run",
+                run_id=self._claimed.run_id,
+                position=seq,
+                recorded={"kind": recorded.kind, "name": recorded.name},
+                requested={"kind": StepKind.HANDLER, "name": ""},
+            )
+            raise self._fatal
         self._seq += 1
         return seq
 
@@ -1230,7 +1271,11 @@ class WorkflowContext:
         try:
             value = entry.handler(payload)
             return True, codec.roundtrip(value, what=f"the result of update {name}")[0]
+        except NonDeterminismError:
+            raise  # the run is held for a fix; the update stays applied and unanswered
         except Exception as exc:
+            if self._fatal is not None:
+                raise self._fatal from None
             return False, describe_exception(exc)
         finally:
             self._in_handler = previous

@@ -122,6 +122,10 @@ class UpdateTimeout(WeftError, TimeoutError):
     update_id: str
 
 
+class UpdateNotFound(WeftError, LookupError):
+    """No update with that ``update_id`` exists for the run (or the run was purged)."""
+
+
 class QueryFailed(WeftError):
     """The query handler raised (or returned a value that is not JSON)."""
 

@@ -516,3 +516,56 @@ def sleep_with_handlers(ctx: Any, seconds: float) -> dict[str, Any]:
     ctx.on_update("notes", lambda _payload: list(notes))
     ctx.sleep(seconds)
     return {"notes": notes}
+
+
+@activity(name="tests.m.q_echo", queue="tests", retry=NO_RETRY)
+def queued_echo(value: Any) -> Any:
+    return value
+
+
+@workflow(name="tests.m.two_waits")
+def two_waits(ctx: Any, key: str) -> dict[str, Any]:
+    """Two result() waits in a row: a handler applied while blocked at the second must be
+    re-applied there on replay, not at the first."""
+    state = {"approved": False}
+    ctx.on_signal("approve", lambda _payload: state.__setitem__("approved", True))
+    first = ctx.start(queued_echo, 1)
+    second = ctx.start(queued_echo, 2)
+    first.result()
+    seen = state["approved"]
+    if seen:
+        ctx.run(record, f"{key}:seen")
+    second.result()
+    return {"seen_after_first": seen, "approved": state["approved"]}
+
+
+@workflow(name="tests.m.any_with_handler")
+def any_with_handler(ctx: Any) -> dict[str, Any]:
+    notes: list[Any] = []
+    ctx.on_signal("note", notes.append)
+    handle = ctx.start(queued_echo, "done")
+    ctx.wait_any([handle])
+    return {"notes": notes, "result": handle.result()}
+
+
+update_handler_activity = {"name": "tests.record"}
+
+
+@workflow(name="tests.m.changing_update")
+def changing_update(ctx: Any, key: str) -> int:
+    state = {"n": 0}
+
+    def bump(_payload: Any) -> int:
+        ctx.run(record if update_handler_activity["name"] == "tests.record" else noop, f"{key}:bump")
+        state["n"] += 1
+        return state["n"]
+
+    ctx.on_update("bump", bump)
+    ctx.sleep(3600)
+    return state["n"]
+
+
+@workflow(name="tests.m.query_uses_ctx")
+def query_uses_ctx(ctx: Any) -> None:
+    ctx.on_query("now", lambda: str(ctx.now()))
+    ctx.wait_signal("go")
