@@ -58,6 +58,22 @@ class WorkflowHandle:
         """The outcome of an accepted update (waits up to ``wait`` seconds for it)."""
         return runtime.update_result(self.run_id, update_id, wait=wait)
 
+    def cancel(self, reason: str | None = None) -> str:
+        """Cancel the run now (see :func:`django_weft.runtime.cancel`); returns ``"cancelled"``."""
+        return runtime.cancel(self.run_id, reason)
+
+    def suspend(self) -> str:
+        """Suspend the run until :meth:`resume`; returns ``"suspended"``."""
+        return runtime.suspend(self.run_id)
+
+    def resume(self) -> str:
+        """Resume a suspended run; returns ``"running"``."""
+        return runtime.resume(self.run_id)
+
+    def retry(self) -> str:
+        """Reactivate a failed run from its failed step; returns ``"running"``."""
+        return runtime.retry(self.run_id)
+
     def result(self, timeout: Duration | None = None) -> Any:
         """Wait for the run to finish; return its result.
 

@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import Now
 
+from . import signals
 from .conf import weft_settings
 from .dispatch import delivers, get_dispatcher
 from .engine import codec
@@ -231,6 +232,7 @@ def start(
             **spec.fields,
         )
         _dispatch_on_commit(str(run_id))
+        store._announce(signals.run_started, run_id, str(run_id), spec.definition.name)
         logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
         return StartResult(str(run_id), str(run_id), created=True)
     for attempt in range(3):
@@ -268,6 +270,11 @@ def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> Work
         execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
         **spec.fields,
     )
+    if run.execution_deadline is not None:
+        # The deadline is a timer: the sweep times the run out when it fires.
+        Timer.objects.using(store.alias).create(
+            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=run.execution_deadline
+        )
     if delay:
         fire_at = now + timedelta(seconds=delay)
         Timer.objects.using(store.alias).create(
@@ -276,6 +283,7 @@ def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> Work
         _dispatch_on_commit(str(run.pk), eta=fire_at)
     else:
         _dispatch_on_commit(str(run.pk))
+    store._announce(signals.run_started, run.pk, run.workflow_id, run.workflow_name)
     return run
 
 
@@ -636,6 +644,68 @@ def _terminal(run: WorkflowRun, what: str) -> WorkflowTerminalError:
         workflow_id=run.workflow_id,
         status=run.status,
     )
+
+
+# -- lifecycle: cancel, suspend, resume, retry ------------------------------------------
+
+
+def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
+    """Cancel a run now: it is ``cancelled`` durably on return, whichever process drives
+    it (that worker is deposed at its next write and stops), its pending timers are
+    removed and its pending updates failed; ``result()`` raises ``WorkflowCancelled``.
+    Works on suspended runs; raises ``WorkflowTerminalError`` for a finished run."""
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidInput(f"reason must be a string; got {type(reason).__name__}")
+    run = get_run(ref)
+    store = get_store()
+    with transaction.atomic(using=store.alias):
+        store.cancel(run.pk, reason)
+    logger.info("run %s (%s %s): cancelled%s", run.pk, run.workflow_name, run.workflow_id,
+                f" ({reason})" if reason else "")  # fmt: skip
+    return RunStatus.CANCELLED
+
+
+def suspend(ref: str | uuid.UUID) -> str:
+    """Suspend a running or waiting run: no worker drives it (one driving it now is
+    deposed at its next write) until :func:`resume`. Signals and updates sent meanwhile
+    are kept; timers that come due meanwhile are collected and re-armed by the resume.
+    Raises ``InvalidTransition`` for other states (``WorkflowTerminalError`` if finished)."""
+    run = get_run(ref)
+    store = get_store()
+    with transaction.atomic(using=store.alias):
+        store.suspend(run.pk)
+    logger.info("run %s (%s %s): suspended", run.pk, run.workflow_name, run.workflow_id)
+    return RunStatus.SUSPENDED
+
+
+def resume(ref: str | uuid.UUID) -> str:
+    """Resume a suspended run: it becomes runnable and a worker continues it where it
+    waits (a sleep whose time passed meanwhile ends at once). Raises
+    ``InvalidTransition`` if the run is not suspended."""
+    run = get_run(ref)
+    store = get_store()
+    with transaction.atomic(using=store.alias):
+        store.resume(run.pk, dispatched=delivers(get_dispatcher()))
+        _dispatch_on_commit(str(run.pk))
+    logger.info("run %s (%s %s): resumed", run.pk, run.workflow_name, run.workflow_id)
+    return RunStatus.RUNNING
+
+
+def retry(ref: str | uuid.UUID) -> str:
+    """Reactivate a failed run: the failed step (if a step failed it) is attempted afresh
+    and every step before it replays, so nothing that completed runs again. After a
+    ``NonDeterminismError``, retry once the code matches the history again. Raises
+    ``InvalidTransition`` if the run has not failed, or if another run with its workflow
+    id is active."""
+    run = get_run(ref)
+    store = get_store()
+    with transaction.atomic(using=store.alias):
+        outcome = store.reactivate(run.pk, dispatched=delivers(get_dispatcher()))
+        _dispatch_on_commit(str(run.pk))
+    removed = outcome.get("removed_from")
+    logger.info("run %s (%s %s): retried%s", run.pk, run.workflow_name, run.workflow_id,
+                f" from position {removed}" if removed is not None else "")  # fmt: skip
+    return RunStatus.RUNNING
 
 
 # -- turns and the sweep ---------------------------------------------------------------

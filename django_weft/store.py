@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 try:
     import psycopg
@@ -30,13 +30,16 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from . import signals
 from .conf import weft_settings
 from .engine import codec
-from .engine.errors import Deposed, WorkflowNotFound, WorkflowTerminalError
+from .engine.errors import Deposed, InvalidTransition, WorkflowNotFound, WorkflowTerminalError
 from .engine.records import (
+    ACTIVE_STATUSES,
     PENDING_STEP_STATUSES,
     TERMINAL_STATUSES,
     ClaimedRun,
+    FailureCategory,
     MessageKind,
     PendingMessage,
     RunStatus,
@@ -49,6 +52,7 @@ from .engine.records import (
 from .models import Signal, Step, Timer, Update, WorkflowRun
 from .models.messages import UpdateStatus
 
+logger = logging.getLogger("django_weft.store")
 timer_log = logging.getLogger("django_weft.timers")
 
 RUN_TABLE = WorkflowRun._meta.db_table
@@ -170,8 +174,11 @@ class DjangoStore:
             # Not runnable: only a waiting or delayed run can still be claimed (woken by a
             # due timer). A cheap unlocked look first spares the transaction in the
             # common case of a duplicate delivery for a run that is owned or finished.
-            if self._runs().filter(pk=run_id, status__in=[RunStatus.WAITING, RunStatus.PENDING]).exists():
+            status = self._runs().filter(pk=run_id).values_list("status", flat=True).first()
+            if status in (RunStatus.WAITING, RunStatus.PENDING):
                 row = self._claim_woken(run_id, owner, ttl)
+            else:
+                self._discard_wake(run_id, status)
             if row is None:
                 return None
         workflow_id, name, args, kwargs, epoch, attempt, created_at, db_now = row
@@ -238,9 +245,11 @@ class DjangoStore:
             # same), so a claim racing the sweep cannot deadlock; a timer the sweep holds
             # is skipped, and the sweep then makes the run runnable itself.
             timers = Timer.objects.using(self.alias)
+            # A due deadline is the sweep's: it times the run out (an external transition).
             due = list(
                 timers.filter(run_id=run.pk)
                 .due(now)
+                .exclude(kind=TimerKind.DEADLINE)
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "seq", "kind")
             )
@@ -682,16 +691,13 @@ class DjangoStore:
             self._write_step(cursor, run_id, owner, epoch, step)
             self._write_timers(cursor, run_id, [timer], step.started_at)
 
-    def _lock_active_run(self, key: uuid.UUID, *fields: str) -> dict[str, Any] | None:
-        """Lock a running or waiting run's row (first, as every writer does) and read
-        ``fields``; ``None`` if the run is gone, finished or suspended."""
-        return (
-            self._runs()
-            .select_for_update()
-            .filter(pk=key, status__in=[RunStatus.RUNNING, RunStatus.WAITING])
-            .values(*fields)
-            .first()
-        )
+    def _lock_active_run(
+        self, key: uuid.UUID, *fields: str, suspended: bool = False
+    ) -> dict[str, Any] | None:
+        """Lock a running or waiting (or, with ``suspended``, suspended) run's row, first as
+        every writer does, and read ``fields``; ``None`` if the run is not in those states."""
+        statuses = [RunStatus.RUNNING, RunStatus.WAITING] + ([RunStatus.SUSPENDED] if suspended else [])
+        return self._runs().select_for_update().filter(pk=key, status__in=statuses).values(*fields).first()
 
     def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> dict[str, Any] | None:
         """Take attempt ``attempt`` of the queued activity at ``seq`` for execution.
@@ -739,7 +745,8 @@ class DjangoStore:
         confirmed and returns ``(status, result_json, error_json)``."""
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.alias):
-            run = self._lock_active_run(key, "status", "waiting_on")
+            # A suspended run keeps what its activities finish; it only is not woken.
+            run = self._lock_active_run(key, "status", "waiting_on", suspended=True)
             if run is None:
                 return False, False
             steps = Step.objects.using(self.alias).filter(
@@ -848,12 +855,13 @@ class DjangoStore:
                 "error = %(error)s::jsonb, failure_category = %(category)s, owner_id = NULL, "
                 "lease_expires_at = NULL, ready_at = NULL, dispatched_at = NULL, waiting_on = NULL, "
                 "finished_at = now(), updated_at = now() "
-                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s RETURNING id), "
+                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
+                "RETURNING id, workflow_id, workflow_name), "
                 f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
                 "AND fired_at IS NULL), "
                 f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
                 "updated_at = now() WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
-                "SELECT count(*) FROM done"
+                "SELECT workflow_id, workflow_name FROM done"
             )
             params = {
                 "status": status, "result": result_json, "error": error_json, "category": category,
@@ -862,11 +870,14 @@ class DjangoStore:
             }  # fmt: skip
             with self.connection.cursor() as cursor:
                 cursor.execute(sql, params)
-                if not cursor.fetchone()[0]:
-                    raise _deposed(run_id, owner, epoch, what)
+                row = cursor.fetchone()
+            if row is None:
+                raise _deposed(run_id, owner, epoch, what)
+            self._announce_finish(run_id, row[0], row[1], status, error_json)
             return
         with transaction.atomic(using=self.alias):
-            finished = self._owned(run_id, owner, epoch).update(
+            names = self._owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
+            finished = names is not None and self._owned(run_id, owner, epoch).update(
                 status=status,
                 result=codec.loads(result_json),
                 error=codec.loads(error_json),
@@ -886,6 +897,40 @@ class DjangoStore:
             Update.objects.using(self.alias).filter(run_id=key, status=UpdateStatus.ACCEPTED).update(
                 status=UpdateStatus.FAILED, error=_unanswered_error(status), updated_at=Now()
             )
+            assert names is not None
+            self._announce_finish(run_id, names[0], names[1], status, error_json)
+
+    def _announce_finish(
+        self, run_id: str, workflow_id: str, workflow_name: str, status: str, error_json: str | None
+    ) -> None:
+        if status == RunStatus.COMPLETED:
+            self._announce(signals.run_completed, run_id, workflow_id, workflow_name)
+        elif status == RunStatus.FAILED:
+            error = codec.loads(error_json) if error_json else None
+            self._announce(signals.run_failed, run_id, workflow_id, workflow_name, error=error)
+
+    def _announce(self, signal: Any, run_id: Any, workflow_id: str, workflow_name: str, **extra: Any) -> None:
+        """Send a Django signal once the current transaction commits (at once in autocommit)."""
+        if not signal.has_listeners(WorkflowRun):
+            return
+
+        def send() -> None:
+            for receiver, response in signal.send_robust(
+                sender=WorkflowRun,
+                run_id=str(run_id),
+                workflow_id=workflow_id,
+                workflow_name=workflow_name,
+                **extra,
+            ):
+                if isinstance(response, Exception):
+                    logger.error(
+                        "run %s: receiver %r of a django_weft signal raised",
+                        run_id,
+                        receiver,
+                        exc_info=response,
+                    )
+
+        transaction.on_commit(send, using=self.alias)
 
     def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None:
         self._finish(run_id, owner, epoch, "completion", status=RunStatus.COMPLETED, result_json=result_json)
@@ -1000,8 +1045,9 @@ class DjangoStore:
             for pk, run, seq, kind in due:
                 timer_log.debug("fired timer %s (run %s, position %s, %s) in the sweep", pk, run, seq, kind)
             self._lose_attempts([(run, seq) for _, run, seq, kind in due if kind == TimerKind.ACTIVITY], now)
-            delayed = {run for _, run, _, kind in due if kind == Timer.Kind.DELAYED_START}
-            waking = {run for _, run, _, kind in due if kind != Timer.Kind.DELAYED_START}
+            timed_out = self._time_out_due({run for _, run, _, kind in due if kind == TimerKind.DEADLINE})
+            delayed = {run for _, run, _, kind in due if kind == Timer.Kind.DELAYED_START} - timed_out
+            waking = {run for _, run, _, kind in due if kind != Timer.Kind.DELAYED_START} - timed_out
             woken = list(
                 self._runs()
                 .filter(
@@ -1014,6 +1060,19 @@ class DjangoStore:
                     status=RunStatus.RUNNING, ready_at=now, waiting_on=None, updated_at=now
                 )
         return [str(run) for run in woken]
+
+    def _time_out_due(self, runs: set[Any]) -> set[Any]:
+        """Time out the active runs among ``runs`` (locked by the caller, their deadline
+        timers due): an external transition, so a worker still driving one is deposed."""
+        timed_out = set()
+        for run_pk in runs:
+            run = self._runs().filter(pk=run_pk).values(*self._LOCKED_FIELDS, "execution_deadline").first()
+            if run is None or run["status"] not in ACTIVE_STATUSES:
+                continue
+            self._time_out_locked(run_pk, run, run["execution_deadline"] or self.db_now())
+            timed_out.add(run_pk)
+            logger.info("run %s (%s %s): timed out", run_pk, run["workflow_name"], run["workflow_id"])
+        return timed_out
 
     def claim_dispatch_batch(
         self, batch: int, redispatch_after: float, grace: float
@@ -1063,6 +1122,189 @@ class DjangoStore:
             if ids:
                 self._runs().filter(pk__in=ids).update(dispatched_at=now)
         return [str(run) for run in runnable], [str(run) for run in expired]
+
+    # -- external transitions (DESIGN §4) ----------------------------------------------
+    #
+    # Cancel, time-out and suspend may be committed by any process, owner or not. Each
+    # locks the run row, writes the new status and rotates the epoch (owner cleared) in
+    # one transaction, so a still-running owner's next fenced write fails (Deposed)
+    # instead of overwriting the new state. Resume and retry make the run runnable for a
+    # worker to claim; they take no lease themselves.
+
+    _LOCKED_FIELDS = ("status", "workflow_id", "workflow_name", "waiting_on", "error")
+
+    def _lock_run(self, run_pk: Any) -> dict[str, Any]:
+        run = self._runs().select_for_update().filter(pk=run_pk).values(*self._LOCKED_FIELDS).first()
+        if run is None:
+            raise WorkflowNotFound(f"run {run_pk} does not exist", ref=str(run_pk))
+        return run
+
+    @staticmethod
+    def _refuse(
+        run_pk: Any, run: dict[str, Any], action: str, needs: str, *, terminal: bool = True
+    ) -> Exception:
+        label = f"run {run_pk} ({run['workflow_name']} {run['workflow_id']}) is {run['status']}"
+        if terminal and run["status"] in TERMINAL_STATUSES:
+            return WorkflowTerminalError(
+                f"{label}: a finished run cannot be {action}",
+                run_id=str(run_pk),
+                workflow_id=run["workflow_id"],
+                status=run["status"],
+            )
+        return InvalidTransition(
+            f"{label}; only {needs} run can be {action}",
+            run_id=str(run_pk),
+            status=run["status"],
+        )
+
+    def _transition_now(self) -> datetime:
+        """The database clock *after* the row lock was taken (``clock_timestamp()``, not the
+        transaction's start): later than every commit the lock waited for."""
+        if not self.is_postgres:
+            return timezone.now()
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            return _aware(cursor.fetchone()[0])
+
+    def _close(
+        self, run_pk: Any, run: dict[str, Any], status: str, error: dict[str, Any], category: str
+    ) -> None:
+        """Close a locked run externally: terminal status, epoch rotated, owner cleared,
+        unfired timers removed, pending updates failed."""
+        now = self._transition_now()
+        self._runs().filter(pk=run_pk).update(
+            status=status,
+            error=error,
+            failure_category=category,
+            owner_id=None,
+            owner_epoch=F("owner_epoch") + 1,
+            lease_expires_at=None,
+            ready_at=None,
+            dispatched_at=None,
+            waiting_on=None,
+            finished_at=now,
+            updated_at=now,
+        )
+        Timer.objects.using(self.alias).filter(run_id=run_pk).unfired().delete()
+        Update.objects.using(self.alias).filter(run_id=run_pk, status=UpdateStatus.ACCEPTED).update(
+            status=UpdateStatus.FAILED,
+            error={"type": f"django_weft.Run{status.title().replace('_', '')}", "message": error["message"]},
+            updated_at=now,
+        )
+        signal = signals.run_cancelled if status == RunStatus.CANCELLED else signals.run_timed_out
+        self._announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
+
+    def cancel(self, run_pk: Any, reason: str | None) -> dict[str, Any]:
+        """Cancel an active (pending, running, waiting or suspended) run, in the caller's
+        transaction. Raises ``WorkflowTerminalError`` for a finished run."""
+        run = self._lock_run(run_pk)
+        if run["status"] not in ACTIVE_STATUSES:
+            raise self._refuse(run_pk, run, "cancelled", "an active")
+        message = f"cancelled: {reason}" if reason else "cancelled"
+        error = {"type": "django_weft.Cancelled", "message": message, "reason": reason}
+        self._close(run_pk, run, RunStatus.CANCELLED, error, FailureCategory.CANCELLATION)
+        return {**run, "status": RunStatus.CANCELLED}
+
+    def _time_out_locked(self, run_pk: Any, run: dict[str, Any], deadline: datetime) -> None:
+        error = {
+            "type": "django_weft.ExecutionTimeout",
+            "message": f"the run passed its execution deadline ({deadline.isoformat()})",
+        }
+        self._close(run_pk, run, RunStatus.TIMED_OUT, error, FailureCategory.TIMEOUT)
+
+    def suspend(self, run_pk: Any) -> dict[str, Any]:
+        """Suspend a running or waiting run, in the caller's transaction: it keeps its
+        history, timers and messages, and no worker drives it until it is resumed."""
+        run = self._lock_run(run_pk)
+        if run["status"] not in (RunStatus.RUNNING, RunStatus.WAITING):
+            raise self._refuse(run_pk, run, "suspended", "a running or waiting")
+        now = self._transition_now()
+        self._runs().filter(pk=run_pk).update(
+            status=RunStatus.SUSPENDED,
+            owner_id=None,
+            owner_epoch=F("owner_epoch") + 1,
+            lease_expires_at=None,
+            ready_at=None,
+            dispatched_at=None,
+            updated_at=now,
+        )
+        self._announce(signals.run_suspended, run_pk, run["workflow_id"], run["workflow_name"])
+        return {**run, "status": RunStatus.SUSPENDED}
+
+    def resume(self, run_pk: Any, *, dispatched: bool) -> dict[str, Any]:
+        """Make a suspended run runnable again, in the caller's transaction. Its next turn
+        replays to where it waits and re-arms that wait's timer with its original fire
+        time (a time that passed while suspended fires at once)."""
+        run = self._lock_run(run_pk)
+        if run["status"] != RunStatus.SUSPENDED:
+            raise self._refuse(run_pk, run, "resumed", "a suspended")
+        self._make_runnable(run_pk, dispatched)
+        self._announce(signals.run_resumed, run_pk, run["workflow_id"], run["workflow_name"])
+        return {**run, "status": RunStatus.RUNNING}
+
+    def _make_runnable(self, run_pk: Any, dispatched: bool, **fields: Any) -> None:
+        now = self._transition_now()
+        self._runs().filter(pk=run_pk).update(
+            status=RunStatus.RUNNING,
+            ready_at=now,
+            dispatched_at=now if dispatched else None,
+            waiting_on=None,
+            updated_at=now,
+            **fields,
+        )
+
+    def reactivate(self, run_pk: Any, *, dispatched: bool) -> dict[str, Any]:
+        """Make a failed run runnable again, in the caller's transaction. The step whose
+        failure failed the run (and anything recorded after it) is removed, so it is
+        attempted afresh; every step before it replays. After a non-determinism failure
+        nothing is removed: the fixed code replays the history as it is."""
+        run = self._lock_run(run_pk)
+        if run["status"] != RunStatus.FAILED:
+            raise self._refuse(run_pk, run, "retried", "a failed", terminal=False)
+        error = run["error"] or {}
+        failed_seq = error.get("seq") if isinstance(error.get("seq"), int) else None
+        try:
+            with transaction.atomic(using=self.alias):
+                self._make_runnable(
+                    run_pk,
+                    dispatched,
+                    error=None,
+                    result=None,
+                    failure_category="",
+                    finished_at=None,
+                    attempt=F("attempt") + 1,
+                    owner_epoch=F("owner_epoch") + 1,
+                )
+        except IntegrityError:
+            raise InvalidTransition(
+                f"run {run_pk} cannot be retried: another run with workflow id {run['workflow_id']!r} "
+                "is active now",
+                run_id=str(run_pk),
+                status=run["status"],
+            ) from None
+        if failed_seq is not None:
+            Step.objects.using(self.alias).filter(run_id=run_pk, seq__gte=failed_seq).delete()
+        Timer.objects.using(self.alias).filter(run_id=run_pk).delete()
+        return {**run, "status": RunStatus.RUNNING, "removed_from": failed_seq}
+
+    def _discard_wake(self, run_id: str, status: str | None) -> str:
+        """A wake-up (a turn's doorbell, say a timer's) reached an engine that cannot claim
+        the run: it is discarded. The run's timers are kept while it is running or waiting
+        (its owner, or the sweep, needs them) and collected when it is gone, finished or
+        suspended (resume re-arms the wait's timer; a suspended run keeps its deadline and
+        its queued attempts' leases)."""
+        if status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PENDING):
+            return "kept"
+        key = uuid.UUID(str(run_id))
+        timers = Timer.objects.using(self.alias).filter(run_id=key).unfired()
+        if status == RunStatus.SUSPENDED:
+            timers = timers.exclude(kind__in=[TimerKind.DEADLINE, TimerKind.ACTIVITY, TimerKind.FINALIZER])
+        elif status is not None:
+            timers = timers.exclude(kind=TimerKind.FINALIZER)
+        collected, _ = timers.delete()
+        if collected:
+            timer_log.info("run %s (%s): collected %d orphaned timer(s)", run_id, status or "gone", collected)
+        return "collected"
 
     def purge_terminal_before(self, cutoff: datetime, batch: int) -> int:
         """Delete up to ``batch`` terminal runs last updated before ``cutoff``."""

@@ -35,6 +35,7 @@ class StepKind(enum.StrEnum):
     SIGNAL = "signal"  # ctx.wait_signal: the signal it consumed, or its timeout
     CONDITION = "condition"  # ctx.wait_condition: satisfied or timed out
     HANDLER = "handler"  # a signal or update handler applied while the body was blocked
+    CHILD = "child"  # a child workflow: started, then its outcome
 
 
 class StepStatus(enum.StrEnum):
@@ -60,6 +61,7 @@ class TimerKind(enum.StrEnum):
     DELAYED_START = "delayed_start"
     SCHEDULE = "schedule"
     ACTIVITY = "activity"  # a queued attempt's deadline: to start, then to heartbeat
+    FINALIZER = "finalizer"  # the finalizer is due (or its attempt's lease)
 
 
 class FailureCategory(enum.StrEnum):
@@ -67,6 +69,8 @@ class FailureCategory(enum.StrEnum):
     ACTIVITY = "activity"  # an activity failed for good and the workflow did not catch it
     NONDETERMINISM = "nondeterminism"
     SYSTEM = "system"  # the engine could not run the workflow (unregistered, bad result...)
+    CANCELLATION = "cancellation"  # cancelled (handle.cancel, a parent's close policy)
+    TIMEOUT = "timeout"  # passed its execution timeout
 
 
 RUN_LEVEL_SEQ = -1

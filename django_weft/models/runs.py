@@ -32,6 +32,8 @@ class WorkflowRun(models.Model):
         ACTIVITY = FailureCategory.ACTIVITY, _("activity")
         NONDETERMINISM = FailureCategory.NONDETERMINISM, _("non-determinism")
         SYSTEM = FailureCategory.SYSTEM, _("system")
+        CANCELLATION = FailureCategory.CANCELLATION, _("cancellation")
+        TIMEOUT = FailureCategory.TIMEOUT, _("timeout")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow_id = models.CharField(max_length=WORKFLOW_ID_MAX_LENGTH)
@@ -55,7 +57,14 @@ class WorkflowRun(models.Model):
         related_name="children",
         db_index=False,  # a partial index below: most runs have no parent
     )
+    # A child run: its position in the parent's history and what happens to it when the
+    # parent closes ("terminate", "request_cancel" or "abandon").
+    parent_seq = models.IntegerField(null=True, blank=True)
+    parent_close_policy = models.CharField(max_length=16, blank=True, default="")
     search_attributes = models.JSONField(default=dict, blank=True)
+    # What the workflow recorded for its finalizer, and the finalizer's progress/outcome.
+    finalizer_state = models.JSONField(null=True, blank=True)
+    finalizer = models.JSONField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
     execution_deadline = models.DateTimeField(null=True, blank=True)
     waiting_on = models.JSONField(null=True, blank=True)

@@ -21,6 +21,7 @@ class Step(models.Model):
         SIGNAL = StepKind.SIGNAL, _("wait for a signal")
         CONDITION = StepKind.CONDITION, _("wait for a condition")
         HANDLER = StepKind.HANDLER, _("handler")
+        CHILD = StepKind.CHILD, _("child workflow")
 
     class Status(models.TextChoices):
         COMPLETED = StepStatus.COMPLETED, _("completed")

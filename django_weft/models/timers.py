@@ -21,6 +21,7 @@ class Timer(models.Model):
         DELAYED_START = TimerKind.DELAYED_START, _("delayed start")
         SCHEDULE = TimerKind.SCHEDULE, _("schedule")
         ACTIVITY = TimerKind.ACTIVITY, _("queued activity deadline")
+        FINALIZER = TimerKind.FINALIZER, _("finalizer")
 
     id = models.BigAutoField(primary_key=True)
     # The unique (run, seq, kind) index serves lookups by run.

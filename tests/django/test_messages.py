@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,54 +20,17 @@ from django_weft import (
     WorkflowTerminalError,
     client,
 )
-from django_weft.dispatch import SweepOnlyDispatcher
 from django_weft.engine import faults
 from django_weft.engine.errors import InvalidInput
 from django_weft.engine.executor import TurnOutcome
 from django_weft.engine.records import StepWrite
 from django_weft.models import Signal, Step, Timer, Update, WorkflowRun
-from django_weft.runtime import tick
 from django_weft.store import DjangoStore
 from django_weft.testing import drive, make_engine
+from tests.django.helpers import Driver, park
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Driver:
-    """A worker in a thread: fires due timers and runs turns of runnable runs."""
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self._thread = threading.Thread(target=self._loop, name="driver", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        engine = make_engine("driver")
-        sweep = SweepOnlyDispatcher()
-        try:
-            while not self._stop.is_set():
-                tick(sweep)
-                for run_id in list(WorkflowRun.objects.runnable().values_list("pk", flat=True)):
-                    engine.run_turn(str(run_id))
-                time.sleep(0.002)
-        except BaseException as exc:
-            self.errors.append(exc)
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        assert not self.errors, self.errors
-
-
-@pytest.fixture
-def driver() -> Iterator[Driver]:
-    worker = Driver()
-    yield worker
-    worker.stop()
 
 
 def table_snapshot(run_id: str) -> dict[str, Any]:
@@ -83,11 +44,6 @@ def table_snapshot(run_id: str) -> dict[str, Any]:
         "updates": list(Update.objects.order_by("pk").values()),
         "side_effects": SideEffect.objects.count(),
     }
-
-
-def park(run_id: str) -> None:
-    assert make_engine().run_turn(run_id) == TurnOutcome.PARKED
-    assert WorkflowRun.objects.get(pk=run_id).status == "waiting"
 
 
 # -- signals ---------------------------------------------------------------------------

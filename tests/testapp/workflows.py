@@ -569,3 +569,44 @@ def changing_update(ctx: Any, key: str) -> int:
 def query_uses_ctx(ctx: Any) -> None:
     ctx.on_query("now", lambda: str(ctx.now()))
     ctx.wait_signal("go")
+
+
+# -- lifecycle -------------------------------------------------------------------------
+
+bugs = {"step_4": True, "v2": False}
+
+
+@activity(name="tests.l.buggy_step", retry=NO_RETRY)
+def buggy_step(key: str, i: int) -> int:
+    SideEffect.objects.create(key=f"{key}:{i}")
+    if i == 4 and bugs["step_4"]:
+        raise RuntimeError("a bug in step 4")
+    return i
+
+
+@workflow(name="tests.l.eight_steps")
+def eight_steps(ctx: Any, key: str) -> int:
+    return sum(ctx.run(buggy_step, key, i) for i in range(8))
+
+
+@workflow(name="tests.l.changing")
+def changing(ctx: Any, key: str) -> str:
+    ctx.run(noop if bugs["v2"] else record, f"{key}:first")
+    ctx.sleep(0.05)
+    ctx.run(record, f"{key}:second")
+    return "done"
+
+
+@activity(name="tests.l.dawdle", retry=NO_RETRY)
+def dawdle(i: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return i
+
+
+@workflow(name="tests.l.churn")
+def churn(ctx: Any, key: str, steps: int = 4, pause: float = 0.02) -> int:
+    """Several turns, each a few milliseconds long: a slow step, a short durable sleep..."""
+    for i in range(steps):
+        ctx.run(dawdle, i, 0.005)
+        ctx.sleep(pause)
+    return steps
