@@ -405,3 +405,23 @@ def uuid_of(run_id: str) -> Any:
     import uuid
 
     return uuid.UUID(run_id)
+
+
+def test_lifecycle_commands(capsys: Any) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    handle = client.start("tests.sleepy", kwargs={"seconds": 60}, id="cmd-run")
+    park(handle.run_id)
+    call_command("weft_suspend", "cmd-run")
+    call_command("weft_resume", handle.run_id)
+    call_command("weft_cancel", "cmd-run", "--reason", "operator")
+    out = capsys.readouterr().out
+    assert "suspended run cmd-run: now suspended" in out
+    assert "resumed run" in out and "now running" in out
+    assert "cancelled run cmd-run: now cancelled" in out
+    assert run_of(handle).error["reason"] == "operator"
+    with pytest.raises(CommandError, match="finished run cannot be cancelled"):
+        call_command("weft_cancel", "cmd-run")
+    with pytest.raises(CommandError, match="only a failed run can be retried"):
+        call_command("weft_retry", "cmd-run")
