@@ -16,12 +16,12 @@ class LifecycleCommand(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("run", help="run id, or workflow id (its latest run)")
 
-    def transition(self, run: str, **options: Any) -> str:
+    def transition(self, options: dict[str, Any]) -> str:
         raise NotImplementedError
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            status = self.transition(options["run"], **options)
+            status = self.transition(options)
         except WeftError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"{self.verb} run {options['run']}: now {status}")
@@ -31,8 +31,8 @@ def command(verb: str, help_text: str, action: Callable[[str], str]) -> type[Lif
     class Command(LifecycleCommand):
         help = help_text
 
-        def transition(self, run: str, **options: Any) -> str:
-            return action(run)
+        def transition(self, options: dict[str, Any]) -> str:
+            return action(options["run"])
 
     Command.verb = verb
     return Command

@@ -16,5 +16,5 @@ class Command(LifecycleCommand):
         super().add_arguments(parser)
         parser.add_argument("--reason", help="why, stored with the run and shown to result() callers")
 
-    def transition(self, run: str, **options: Any) -> str:
-        return runtime.cancel(run, options.get("reason"))
+    def transition(self, options: dict[str, Any]) -> str:
+        return runtime.cancel(options["run"], options.get("reason"))
