@@ -12,6 +12,7 @@ from .engine.context import ActivityInfo, WorkflowContext, WorkflowInfo, activit
 from .engine.durations import parse_duration
 from .engine.errors import (
     ActivityFailed,
+    ChildWorkflowFailed,
     ConfigurationError,
     Deposed,
     DuplicateRegistration,
@@ -45,6 +46,7 @@ __all__ = [
     "Activity",
     "ActivityFailed",
     "ActivityInfo",
+    "ChildWorkflowFailed",
     "ConfigurationError",
     "Deposed",
     "DuplicateRegistration",

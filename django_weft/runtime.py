@@ -659,9 +659,13 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
     run = get_run(ref)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        store.cancel(run.pk, reason)
+        closed = store.cancel(run.pk, reason)
+        if closed.get("woken_parent"):
+            _dispatch_on_commit(closed["woken_parent"])
     logger.info("run %s (%s %s): cancelled%s", run.pk, run.workflow_name, run.workflow_id,
                 f" ({reason})" if reason else "")  # fmt: skip
+    for child in store.close_children(str(run.pk), f"its parent run {run.pk} was cancelled"):
+        logger.info("run %s: cancelled, its parent run %s was cancelled", child, run.pk)
     return RunStatus.CANCELLED
 
 
@@ -815,6 +819,8 @@ class TickReport:
     run_ids: list[str] = field(default_factory=list)
     taken_over: list[str] = field(default_factory=list)
     """The dispatched runs whose owner's lease had expired (its worker died or stalled)."""
+    closed_children: list[str] = field(default_factory=list)
+    """Child runs cancelled because their parent had closed (its parent-close policy)."""
 
 
 _last_purge = [0.0]
@@ -831,6 +837,9 @@ def tick(dispatcher: Any = None) -> TickReport:
     batch = weft_settings.TICK_BATCH
     report = TickReport()
     report.fired = len(store.fire_due_timers(batch))
+    # Children left running by parents that closed without applying their policy (a
+    # process died in between; timed-out parents always come this way).
+    report.closed_children = store.close_orphaned_children(batch)
     if delivers(dispatcher):
         runnable, expired = store.claim_dispatch_batch(
             batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE

@@ -33,16 +33,26 @@ from django.utils.dateparse import parse_datetime
 from . import signals
 from .conf import weft_settings
 from .engine import codec
-from .engine.errors import Deposed, InvalidTransition, WorkflowNotFound, WorkflowTerminalError
+from .engine.errors import (
+    Deposed,
+    InvalidTransition,
+    WorkflowAlreadyExists,
+    WorkflowNotFound,
+    WorkflowTerminalError,
+)
 from .engine.records import (
     ACTIVE_STATUSES,
     PENDING_STEP_STATUSES,
+    RUN_LEVEL_SEQ,
     TERMINAL_STATUSES,
+    ChildOutcome,
+    ChildStart,
     ClaimedRun,
     FailureCategory,
     MessageKind,
     PendingMessage,
     RunStatus,
+    StepKind,
     StepRecord,
     StepStatus,
     StepWrite,
@@ -181,7 +191,7 @@ class DjangoStore:
                 self._discard_wake(run_id, status)
             if row is None:
                 return None
-        workflow_id, name, args, kwargs, epoch, attempt, created_at, db_now = row
+        workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, db_now = row
         return ClaimedRun(
             run_id=str(run_id),
             workflow_id=workflow_id,
@@ -193,12 +203,15 @@ class DjangoStore:
             created_at=_aware(created_at),
             db_now=_aware(db_now),
             steps={} if int(epoch) == 1 else self.load_steps(run_id),
+            parent_run_id=str(parent_id) if parent_id else None,
         )
 
     def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> Any:
         # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
         # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
-        returning = "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at"
+        returning = (
+            "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, parent_id"
+        )
         if self.is_postgres:
             sql = (
                 f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
@@ -278,6 +291,7 @@ class DjangoStore:
                 run.owner_epoch,
                 run.attempt,
                 run.created_at,
+                run.parent_id,
                 now,
             )
 
@@ -471,11 +485,26 @@ class DjangoStore:
         background = list(waiting_on.get("background") or [])
         if not seqs and not background:
             return False
-        status_of = dict(
+        key = uuid.UUID(str(run_id))
+        rows = list(
             Step.objects.using(self.alias)
-            .filter(run_id=uuid.UUID(str(run_id)), seq__in=seqs + background)
-            .values_list("seq", "status")
+            .filter(run_id=key, seq__in=seqs + background)
+            .values_list("seq", "status", "kind")
         )
+        status_of = {seq: status for seq, status, _ in rows}
+        children = [
+            seq for seq, status, kind in rows if kind == StepKind.CHILD and status == StepStatus.WAITING
+        ]
+        if children:
+            # A child step stays "waiting" until the parent records the outcome; what
+            # counts is whether the child run (or its continued-as-new successor) is live.
+            live = set(
+                self._runs()
+                .filter(parent_id=key, parent_seq__in=children, status__in=list(ACTIVE_STATUSES))
+                .values_list("parent_seq", flat=True)
+            )
+            for seq in children:
+                status_of[seq] = StepStatus.SCHEDULED if seq in live else StepStatus.COMPLETED
         needs_decision = (StepStatus.ATTEMPT_FAILED, StepStatus.LOST)
         if any(status_of.get(seq) in needs_decision for seq in background):
             return True
@@ -844,9 +873,20 @@ class DjangoStore:
         result_json: str | None = None,
         error_json: str | None = None,
         category: str = "",
-    ) -> None:
+        parent: str | None = None,
+    ) -> str | None:
         """The owner's terminal commit: status, outcome, release and unfired timers removed,
-        fenced on (owner, epoch)."""
+        fenced on (owner, epoch). A child run's commit also wakes its parent if the parent
+        waits for it, in the same transaction (the child's row is locked before the
+        parent's: descendants before ancestors, the order every writer follows); the
+        woken parent's id is returned for its doorbell."""
+        if parent is not None and status != RunStatus.CONTINUED:
+            with transaction.atomic(using=self.alias):
+                self._finish(
+                    run_id, owner, epoch, what, status=status, result_json=result_json,
+                    error_json=error_json, category=category,
+                )  # fmt: skip
+                return self._wake_parent(parent)
         if self.is_postgres:
             # One statement (one round trip): the conditional UPDATE is the fence, and the
             # timer DELETE only sees a row if the UPDATE matched.
@@ -874,7 +914,7 @@ class DjangoStore:
             if row is None:
                 raise _deposed(run_id, owner, epoch, what)
             self._announce_finish(run_id, row[0], row[1], status, error_json)
-            return
+            return None
         with transaction.atomic(using=self.alias):
             names = self._owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
             finished = names is not None and self._owned(run_id, owner, epoch).update(
@@ -899,6 +939,7 @@ class DjangoStore:
             )
             assert names is not None
             self._announce_finish(run_id, names[0], names[1], status, error_json)
+        return None
 
     def _announce_finish(
         self, run_id: str, workflow_id: str, workflow_name: str, status: str, error_json: str | None
@@ -932,13 +973,33 @@ class DjangoStore:
 
         transaction.on_commit(send, using=self.alias)
 
-    def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None:
-        self._finish(run_id, owner, epoch, "completion", status=RunStatus.COMPLETED, result_json=result_json)
-
-    def fail(self, run_id: str, owner: str, epoch: int, error_json: str, category: str) -> None:
-        self._finish(
-            run_id, owner, epoch, "failure", status=RunStatus.FAILED, error_json=error_json, category=category
+    def complete(
+        self, run_id: str, owner: str, epoch: int, result_json: str, *, parent: str | None = None
+    ) -> str | None:
+        return self._finish(
+            run_id,
+            owner,
+            epoch,
+            "completion",
+            status=RunStatus.COMPLETED,
+            result_json=result_json,
+            parent=parent,
         )
+
+    def fail(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        error_json: str,
+        category: str,
+        *,
+        parent: str | None = None,
+    ) -> str | None:
+        return self._finish(
+            run_id, owner, epoch, "failure", status=RunStatus.FAILED, error_json=error_json,
+            category=category, parent=parent,
+        )  # fmt: skip
 
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         with transaction.atomic(using=self.alias):
@@ -964,10 +1025,20 @@ class DjangoStore:
                 args=codec.loads(args_json),
                 kwargs=codec.loads(kwargs_json),
                 parent_id=run.parent_id,
+                parent_seq=run.parent_seq,
+                parent_close_policy=run.parent_close_policy,
                 search_attributes=run.search_attributes,
                 execution_deadline=run.execution_deadline,
                 ready_at=now,
             )
+            if run.execution_deadline is not None:
+                # The deadline covers the whole chain of runs: the successor keeps it.
+                Timer.objects.using(self.alias).create(
+                    run_id=successor_id,
+                    seq=RUN_LEVEL_SEQ,
+                    kind=TimerKind.DEADLINE,
+                    fire_at=run.execution_deadline,
+                )
         return str(successor_id)
 
     def release(self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True) -> bool:
@@ -1123,6 +1194,110 @@ class DjangoStore:
                 self._runs().filter(pk__in=ids).update(dispatched_at=now)
         return [str(run) for run in runnable], [str(run) for run in expired]
 
+    # -- child workflows ---------------------------------------------------------------
+
+    def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
+        """Record the parent's child step and create the child run, in one fenced
+        transaction. Raises ``WorkflowAlreadyExists`` (writing nothing) if a live run has
+        the child's workflow id."""
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            now = self.db_now()
+            try:
+                with transaction.atomic(using=self.alias):
+                    self._runs().create(
+                        id=uuid.UUID(child.run_id),
+                        workflow_id=child.workflow_id,
+                        workflow_name=child.workflow_name,
+                        workflow_version=child.workflow_version,
+                        status=RunStatus.RUNNING,
+                        args=codec.loads(child.args_json),
+                        kwargs=codec.loads(child.kwargs_json),
+                        parent_id=uuid.UUID(str(run_id)),
+                        parent_seq=step.seq,
+                        parent_close_policy=child.parent_close_policy,
+                        ready_at=now,
+                    )
+            except IntegrityError:
+                raise WorkflowAlreadyExists(
+                    f"a live run with workflow id {child.workflow_id!r} exists; a child workflow needs an "
+                    "id of its own (pass id=... to ctx.start_child)",
+                    workflow_id=child.workflow_id,
+                ) from None
+            self._announce(signals.run_started, child.run_id, child.workflow_id, child.workflow_name)
+
+    def child_outcome(self, run_id: str, seq: int) -> ChildOutcome | None:
+        """How the child started at ``seq`` ended, or ``None`` while it (or the run it
+        continued as) is live."""
+        latest = (
+            self._runs()
+            .filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq)
+            .order_by("-created_at")
+            .values("pk", "workflow_id", "status", "result", "error")
+            .first()
+        )
+        if latest is None:
+            return ChildOutcome("", "", RunStatus.FAILED, error={"type": "django_weft.ChildGone",
+                                "message": "the child run no longer exists (purged)"})  # fmt: skip
+        if latest["status"] in ACTIVE_STATUSES or latest["status"] == RunStatus.CONTINUED:
+            return None
+        return ChildOutcome(
+            str(latest["pk"]), latest["workflow_id"], latest["status"], latest["result"], latest["error"]
+        )
+
+    def _wake_parent(self, parent_pk: Any) -> str | None:
+        """After a child's terminal write (in its transaction): make the parent runnable if
+        it is parked waiting for what just happened. Returns the parent's id if woken."""
+        parent = self._runs().select_for_update().filter(pk=parent_pk).values("status", "waiting_on").first()
+        if parent is None or parent["status"] != RunStatus.WAITING:
+            return None
+        if not self._wait_satisfied(str(parent_pk), parent["waiting_on"]):
+            return None
+        now = self.db_now()
+        self._runs().filter(pk=parent_pk).update(
+            status=RunStatus.RUNNING, ready_at=now, waiting_on=None, dispatched_at=None, updated_at=now
+        )
+        return str(parent_pk)
+
+    def close_children(self, run_id: str, reason: str) -> list[str]:
+        """Apply the parent-close policy to the live children of a closed run: cancel those
+        with "terminate" or "request_cancel" (each in a transaction of its own, after the
+        parent's), and theirs in turn. Returns the ids cancelled."""
+        cancelled: list[str] = []
+        children = list(
+            self._runs()
+            .filter(parent_id=uuid.UUID(str(run_id)), status__in=list(ACTIVE_STATUSES))
+            .exclude(parent_close_policy="abandon")
+            .values_list("pk", flat=True)
+        )
+        for child in children:
+            try:
+                with transaction.atomic(using=self.alias):
+                    self.cancel(child, reason)
+            except (WorkflowTerminalError, WorkflowNotFound):
+                continue  # finished meanwhile
+            cancelled.append(str(child))
+            cancelled += self.close_children(str(child), f"its parent run {child} was cancelled")
+        return cancelled
+
+    def close_orphaned_children(self, batch: int) -> list[str]:
+        """The sweep's backstop for :meth:`close_children` (a process that closed a parent
+        and died before its children were handled): live children of finished parents
+        whose policy is not "abandon"."""
+        orphans = list(
+            self._runs()
+            .filter(parent__isnull=False, status__in=list(ACTIVE_STATUSES))
+            .filter(parent__status__in=sorted(TERMINAL_STATUSES - {RunStatus.CONTINUED}))
+            .exclude(parent_close_policy="abandon")
+            .values_list("parent_id", flat=True)
+            .distinct()[:batch]
+        )
+        cancelled: list[str] = []
+        for parent in orphans:
+            cancelled += self.close_children(str(parent), f"its parent run {parent} closed")
+        return cancelled
+
     # -- external transitions (DESIGN §4) ----------------------------------------------
     #
     # Cancel, time-out and suspend may be committed by any process, owner or not. Each
@@ -1131,7 +1306,7 @@ class DjangoStore:
     # instead of overwriting the new state. Resume and retry make the run runnable for a
     # worker to claim; they take no lease themselves.
 
-    _LOCKED_FIELDS = ("status", "workflow_id", "workflow_name", "waiting_on", "error")
+    _LOCKED_FIELDS = ("status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id")
 
     def _lock_run(self, run_pk: Any) -> dict[str, Any]:
         run = self._runs().select_for_update().filter(pk=run_pk).values(*self._LOCKED_FIELDS).first()
@@ -1193,6 +1368,8 @@ class DjangoStore:
         )
         signal = signals.run_cancelled if status == RunStatus.CANCELLED else signals.run_timed_out
         self._announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
+        if run["parent_id"] is not None:
+            run["woken_parent"] = self._wake_parent(run["parent_id"])
 
     def cancel(self, run_pk: Any, reason: str | None) -> dict[str, Any]:
         """Cancel an active (pending, running, waiting or suspended) run, in the caller's

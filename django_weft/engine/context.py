@@ -23,6 +23,7 @@ from . import codec, faults
 from .durations import Duration, parse_duration
 from .errors import (
     ActivityFailed,
+    ChildWorkflowFailed,
     ConfigurationError,
     Deposed,
     NonDeterminismError,
@@ -30,6 +31,8 @@ from .errors import (
     SignalTimeout,
 )
 from .records import (
+    PARENT_CLOSE_POLICIES,
+    ChildStart,
     ClaimedRun,
     MessageKind,
     PendingMessage,
@@ -186,6 +189,32 @@ class ActivityHandle(Generic[T]):
     def __repr__(self) -> str:
         return f"<ActivityHandle {self.activity.name} at position {self.seq}>"
 
+
+class ChildHandle(Generic[T]):
+    """A child workflow started with :meth:`WorkflowContext.start_child`; wait for it with
+    :meth:`result`, :meth:`WorkflowContext.wait_all` or :meth:`WorkflowContext.wait_any`."""
+
+    def __init__(
+        self, ctx: WorkflowContext, workflow_name: str, seq: int, run_id: str, workflow_id: str
+    ) -> None:
+        self._ctx = ctx
+        self.workflow_name = workflow_name
+        self.seq = seq
+        self.run_id = run_id
+        self.workflow_id = workflow_id
+        self._outcome: tuple[bool, Any] | None = None
+
+    def result(self) -> T:
+        """The child's result; waits durably (the parent parks) until the child has
+        finished. Raises :class:`ChildWorkflowFailed` if it did not complete."""
+        values: list[T] = self._ctx.wait_all([self])
+        return values[0]
+
+    def __repr__(self) -> str:
+        return f"<ChildHandle {self.workflow_name} {self.workflow_id} at position {self.seq}>"
+
+
+Handle = ActivityHandle[Any] | ChildHandle[Any]
 
 _PENDING = object()
 
@@ -617,7 +646,7 @@ class WorkflowContext:
             self._poll(handle, self._background_timers)
         return handle
 
-    def wait_all(self, handles: Sequence[ActivityHandle[Any]]) -> list[Any]:
+    def wait_all(self, handles: Sequence[Handle]) -> list[Any]:
         """Wait until every handle has finished; return their results in order.
 
         If any failed, raises the :class:`ActivityFailed` of the first failed handle in
@@ -657,7 +686,7 @@ class WorkflowContext:
                 raise value
         return [value for _, value in states]
 
-    def wait_any(self, handles: Sequence[ActivityHandle[Any]]) -> ActivityHandle[Any]:
+    def wait_any(self, handles: Sequence[Handle]) -> Handle:
         """Wait until at least one handle has finished and return the first finished one
         (in list order). Which one it was is recorded, so replay returns the same."""
         self._forbid_in_handler("wait for activities")
@@ -703,16 +732,17 @@ class WorkflowContext:
         self._deliver(before=start.record)
         return self._park({"kind": "activities", "mode": "any", "seqs": pending}, start.unrecorded(), timers)
 
-    def _own_handles(self, handles: Sequence[ActivityHandle[Any]], what: str) -> list[ActivityHandle[Any]]:
+    def _own_handles(self, handles: Sequence[Handle], what: str) -> list[Handle]:
         handles = list(handles)
         for handle in handles:
-            if not isinstance(handle, ActivityHandle) or handle._ctx is not self:
+            if not isinstance(handle, ActivityHandle | ChildHandle) or handle._ctx is not self:
                 raise ConfigurationError(
-                    f"ctx.{what} takes handles returned by ctx.start in this workflow run; got {handle!r}"
+                    f"ctx.{what} takes handles returned by ctx.start or ctx.start_child in this "
+                    f"workflow run; got {handle!r}"
                 )
         return handles
 
-    def _poll_all(self, handles: list[ActivityHandle[Any]]) -> tuple[list[Any], list[int], list[TimerWrite]]:
+    def _poll_all(self, handles: list[Handle]) -> tuple[list[Any], list[int], list[TimerWrite]]:
         """Each handle's state: ``(True, value)``, ``(False, error)`` or ``_PENDING``; plus
         the positions still pending and the timers that must wake the run for them."""
         states: list[Any] = []
@@ -725,11 +755,13 @@ class WorkflowContext:
                 pending.append(handle.seq)
         return states, pending, timers
 
-    def _poll(self, handle: ActivityHandle[Any], timers: list[TimerWrite]) -> Any:
+    def _poll(self, handle: Handle, timers: list[TimerWrite]) -> Any:
         """Where a started activity stands, acting on it when the workflow must decide
-        (retry a failed attempt, resend a lost one)."""
+        (retry a failed attempt, resend a lost one); or a child workflow."""
         if handle._outcome is not None:
             return handle._outcome
+        if isinstance(handle, ChildHandle):
+            return self._poll_child(handle)
         act, seq = handle.activity, handle.seq
         recorded = self._steps.get(seq)
         assert recorded is not None, f"queued activity at {seq} has no step"
@@ -899,6 +931,122 @@ class WorkflowContext:
             start.unrecorded(),
             [TimerWrite(seq, TimerKind.SLEEP, fire_at)],
         )
+
+    # -- child workflows ---------------------------------------------------------------
+
+    def start_child(
+        self,
+        workflow: Any,
+        /,
+        *args: Any,
+        id: str | None = None,
+        parent_close_policy: str = "terminate",
+        **kwargs: Any,
+    ) -> ChildHandle[Any]:
+        """Start a child workflow (a registered name or a ``@workflow`` object) and return
+        its handle at once; ``handle.result()`` waits durably for it. Its workflow id is
+        ``id``, or ``"<this workflow id>:<position>"``.
+
+        ``parent_close_policy`` says what happens to the child if it is still running
+        when this run closes (completes, fails, is cancelled or times out):
+        ``"terminate"`` (default) and ``"request_cancel"`` cancel it, ``"abandon"`` leaves
+        it running. ``id`` and ``parent_close_policy`` are keywords of this call, not of
+        the child workflow."""
+        self._forbid_in_handler("start a child workflow")
+        name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
+        if not isinstance(name, str):
+            raise ConfigurationError(f"ctx.start_child takes a workflow name or @workflow; got {workflow!r}")
+        if parent_close_policy not in PARENT_CLOSE_POLICIES:
+            raise ConfigurationError(
+                f"parent_close_policy must be one of {', '.join(PARENT_CLOSE_POLICIES)}; "
+                f"got {parent_close_policy!r}"
+            )
+        seq, recorded = self._next(StepKind.CHILD, name)
+        if recorded is not None:
+            info = recorded.result or {}
+            return ChildHandle(self, name, seq, str(info.get("run_id")), str(info.get("workflow_id")))
+        self._frontier()
+        definition = self._engine.workflows.get_workflow(name)
+        child_run_id = str(uuid.uuid4())
+        child = ChildStart(
+            run_id=child_run_id,
+            workflow_id=id if id is not None else f"{self._claimed.workflow_id}:{seq}",
+            workflow_name=definition.name,
+            workflow_version=definition.version,
+            args_json=codec.dumps(list(args), what=f"arguments of child workflow {name}"),
+            kwargs_json=codec.dumps(kwargs, what=f"keyword arguments of child workflow {name}"),
+            parent_close_policy=parent_close_policy,
+        )
+        info = {"run_id": child.run_id, "workflow_id": child.workflow_id}
+        step = self._step(
+            seq, StepKind.CHILD, name, StepStatus.WAITING, result_json=codec.dumps(info), finished=False
+        )
+        try:
+            self._engine.store.start_child(
+                self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, step, child
+            )
+        except Deposed as exc:
+            self._depose(exc)
+        self._remember(step, info, None)
+        self._engine.dispatch_turn(child.run_id)
+        return ChildHandle(self, name, seq, child.run_id, child.workflow_id)
+
+    def run_child(
+        self,
+        workflow: Any,
+        /,
+        *args: Any,
+        id: str | None = None,
+        parent_close_policy: str = "terminate",
+        **kwargs: Any,
+    ) -> Any:
+        """Start a child workflow and wait for its result (see :meth:`start_child`)."""
+        handle = self.start_child(workflow, *args, id=id, parent_close_policy=parent_close_policy, **kwargs)
+        return handle.result()
+
+    def _poll_child(self, handle: ChildHandle[Any]) -> Any:
+        recorded = self._steps[handle.seq]
+        if recorded.status == StepStatus.WAITING:
+            outcome = self._engine.store.child_outcome(self._claimed.run_id, handle.seq)
+            if outcome is None:
+                return _PENDING
+            # The child has finished: record its outcome in this run's history.
+            done = outcome.status == "completed"
+            info = {**(recorded.result or {}), "run_id": outcome.run_id}
+            if done:
+                info["result"] = outcome.result
+            error = None if done else {**(outcome.error or {}), "status": outcome.status}
+            step = self._step(
+                handle.seq,
+                StepKind.CHILD,
+                handle.workflow_name,
+                StepStatus.COMPLETED if done else StepStatus.FAILED,
+                result_json=codec.dumps(info),
+                error=error,
+                started_at=recorded.started_at,
+            )
+            self._commit(step)
+            self._remember(step, info, error)
+            recorded = self._steps[handle.seq]
+        if recorded.status == StepStatus.COMPLETED:
+            handle._outcome = (True, (recorded.result or {}).get("result"))
+        else:
+            error = recorded.error or {}
+            status = str(error.get("status", "failed"))
+            handle._outcome = (
+                False,
+                ChildWorkflowFailed(
+                    f"child workflow {handle.workflow_name} {handle.workflow_id} (run "
+                    f"{(recorded.result or {}).get('run_id')}) {status}: {error.get('type')}: "
+                    f"{error.get('message')}",
+                    child_run_id=str((recorded.result or {}).get("run_id")),
+                    child_workflow_id=handle.workflow_id,
+                    status=status,
+                    error_type=error.get("type"),
+                    error_message=error.get("message"),
+                ),
+            )
+        return handle._outcome
 
     # -- messages: signals, updates, queries -------------------------------------------
 

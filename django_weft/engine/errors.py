@@ -146,6 +146,17 @@ class ActivityFailed(WeftError):
     cause_traceback: str | None
 
 
+class ChildWorkflowFailed(WeftError):
+    """Raised in a parent workflow when a child workflow it waits for did not complete:
+    it ``failed``, was ``cancelled`` or ``timed_out`` (``status``). The parent may catch it."""
+
+    child_run_id: str
+    child_workflow_id: str
+    status: str
+    error_type: str | None
+    error_message: str | None
+
+
 class WorkflowFailed(WeftError):
     """``result()`` of a failed run: carries the original error's type, message and traceback."""
 

@@ -25,7 +25,7 @@ from .context import (
 )
 from .errors import ActivityFailed, Deposed, NonDeterminismError, PayloadError, WorkflowNotRegistered
 from .ports import Dispatcher, TurnStore
-from .records import ClaimedRun, FailureCategory
+from .records import ClaimedRun, FailureCategory, StepKind
 from .registry import Registry, registry
 from .retry import RetryPolicy
 
@@ -238,8 +238,9 @@ class Engine:
             except PayloadError as exc:
                 return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
             faults.hit("before_complete", run_id=run_id, engine=self)
-            self.store.complete(run_id, me, epoch, result_json)
+            woken_parent = self.store.complete(run_id, me, epoch, result_json, parent=claimed.parent_run_id)
             logger.info("%s: completed", label)
+            self._after_close(ctx, woken_parent, "completed")
             return TurnOutcome.COMPLETED
         if not propagated:
             logger.warning("%s: workflow code caught the engine's unwinding; honouring it", label)
@@ -280,9 +281,27 @@ class Engine:
             if isinstance(exc, NonDeterminismError):
                 error.update(position=exc.position, recorded=exc.recorded, requested=exc.requested)
         claimed = ctx._claimed
-        self.store.fail(claimed.run_id, self.engine_id, claimed.epoch, codec.dumps(error), category)
+        woken = self.store.fail(
+            claimed.run_id,
+            self.engine_id,
+            claimed.epoch,
+            codec.dumps(error),
+            category,
+            parent=claimed.parent_run_id,
+        )
         logger.info("%s: failed (%s): %s: %s", label, category, error["type"], error["message"])
+        self._after_close(ctx, woken, "failed")
         return TurnOutcome.FAILED
+
+    def _after_close(self, ctx: WorkflowContext, woken_parent: str | None, status: str) -> None:
+        """After a run's terminal commit: ring its waiting parent's doorbell, and apply the
+        parent-close policy to children it left running."""
+        if woken_parent is not None:
+            self.dispatch_turn(woken_parent)
+        if any(step.kind == StepKind.CHILD for step in ctx._steps.values()):
+            run_id = ctx._claimed.run_id
+            for child in self.store.close_children(run_id, f"its parent run {run_id} {status}"):
+                logger.info("run %s: cancelled, its parent run %s %s", child, run_id, status)
 
 
 def _describe_wait(waiting_on: dict[str, Any]) -> str:

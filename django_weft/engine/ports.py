@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from .records import ClaimedRun, PendingMessage, StepWrite, TimerWrite
+from .records import ChildOutcome, ChildStart, ClaimedRun, PendingMessage, StepWrite, TimerWrite
 
 
 class TurnStore(Protocol):
@@ -76,9 +76,33 @@ class TurnStore(Protocol):
     def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
         """Answer a pending update with ``error`` without applying it, fenced."""
 
-    def complete(self, run_id: str, owner: str, epoch: int, result_json: str) -> None: ...
+    def complete(
+        self, run_id: str, owner: str, epoch: int, result_json: str, *, parent: str | None = None
+    ) -> str | None:
+        """Commit the run ``completed``, fenced. For a child (``parent`` given), wake the
+        parent if it waits for it and return the parent's id."""
 
-    def fail(self, run_id: str, owner: str, epoch: int, error_json: str, category: str) -> None: ...
+    def fail(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        error_json: str,
+        category: str,
+        *,
+        parent: str | None = None,
+    ) -> str | None:
+        """Commit the run ``failed``, fenced; like :meth:`complete` for a child."""
+
+    def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
+        """Record the child step and create the child run, fenced; ``WorkflowAlreadyExists``
+        if a live run has the child's workflow id."""
+
+    def child_outcome(self, run_id: str, seq: int) -> ChildOutcome | None:
+        """How the child started at ``seq`` ended; ``None`` while it is live."""
+
+    def close_children(self, run_id: str, reason: str) -> list[str]:
+        """Apply the parent-close policy to the live children of a closed run."""
 
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         """Finish the run as ``continued`` and create its successor; return the new run id."""

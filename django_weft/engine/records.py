@@ -130,6 +130,7 @@ class ClaimedRun:
     created_at: datetime
     db_now: datetime
     steps: dict[int, StepRecord] = field(default_factory=dict)
+    parent_run_id: str | None = None
 
 
 class MessageKind(enum.StrEnum):
@@ -147,3 +148,31 @@ class PendingMessage:
     name: str
     payload: Any
     update_id: str | None = None
+
+
+PARENT_CLOSE_POLICIES = ("terminate", "request_cancel", "abandon")
+"""What happens to a child workflow still running when its parent closes."""
+
+
+@dataclass(frozen=True)
+class ChildStart:
+    """A child run to create, already encoded."""
+
+    run_id: str
+    workflow_id: str
+    workflow_name: str
+    workflow_version: str
+    args_json: str
+    kwargs_json: str
+    parent_close_policy: str
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How a child run ended (its last run, following continue-as-new)."""
+
+    run_id: str
+    workflow_id: str
+    status: str
+    result: Any = None
+    error: dict[str, Any] | None = None

@@ -7,7 +7,15 @@ import threading
 import time
 from typing import Any
 
-from django_weft import RetryPolicy, SignalTimeout, activity, activity_info, workflow
+from django_weft import (
+    ChildWorkflowFailed,
+    RetryPolicy,
+    SignalTimeout,
+    WorkflowAlreadyExists,
+    activity,
+    activity_info,
+    workflow,
+)
 
 from .models import LedgerEntry, SideEffect
 
@@ -610,3 +618,49 @@ def churn(ctx: Any, key: str, steps: int = 4, pause: float = 0.02) -> int:
         ctx.run(dawdle, i, 0.005)
         ctx.sleep(pause)
     return steps
+
+
+# -- child workflows -------------------------------------------------------------------
+
+
+@workflow(name="tests.c.child")
+def child(ctx: Any, key: str, seconds: float = 0.0, fail: bool = False) -> str:
+    ctx.run(record, f"{key}:child")
+    if seconds:
+        ctx.sleep(seconds)
+    if fail:
+        raise ValueError(f"child {key} failed")
+    return f"child {key} done"
+
+
+@workflow(name="tests.c.parent")
+def parent(ctx: Any, key: str, seconds: float = 1.0, policy: str = "terminate") -> dict[str, Any]:
+    ctx.run(record, f"{key}:parent-before")
+    value = ctx.run_child(child, key, seconds, parent_close_policy=policy)
+    ctx.run(record, f"{key}:parent-after")
+    return {"child": value}
+
+
+@workflow(name="tests.c.catches")
+def catches(ctx: Any, key: str) -> dict[str, Any]:
+    try:
+        ctx.run_child("tests.c.child", key, fail=True)
+    except ChildWorkflowFailed as exc:
+        return {"caught": exc.status, "type": exc.error_type, "message": exc.error_message}
+    return {"caught": None}
+
+
+@workflow(name="tests.c.fan_out")
+def fan_out_children(ctx: Any, key: str, n: int) -> list[str]:
+    handles = [ctx.start_child(child, f"{key}-{i}", 0.2) for i in range(n)]
+    return list(ctx.wait_all(handles))
+
+
+@workflow(name="tests.c.same_id")
+def same_id(ctx: Any, key: str) -> str:
+    ctx.start_child(child, key, 60, id=f"{key}-fixed")
+    try:
+        ctx.start_child(child, key, 60, id=f"{key}-fixed")
+    except WorkflowAlreadyExists:
+        return "refused"
+    return "started twice"
