@@ -23,7 +23,7 @@ from django.db.models.functions import Now
 from . import signals
 from .conf import weft_settings
 from .dispatch import delivers, get_dispatcher
-from .engine import codec
+from .engine import codec, faults
 from .engine.context import (
     MAX_MESSAGE_NAME_LENGTH,
     ActivityInfo,
@@ -52,7 +52,15 @@ from .engine.errors import (
     WorkflowTimedOut,
 )
 from .engine.executor import Engine, TurnOutcome
-from .engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, ClaimedRun, RunStatus, StepStatus, TimerKind
+from .engine.records import (
+    FINALIZER_SEQ,
+    RUN_LEVEL_SEQ,
+    TERMINAL_STATUSES,
+    ClaimedRun,
+    RunStatus,
+    StepStatus,
+    TimerKind,
+)
 from .engine.registry import Activity, registry
 from .models import Signal, Step, Timer, Update, WorkflowRun
 from .models.messages import UpdateStatus
@@ -662,6 +670,8 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
         closed = store.cancel(run.pk, reason)
         if closed.get("woken_parent"):
             _dispatch_on_commit(closed["woken_parent"])
+        if closed.get("finalizer"):
+            transaction.on_commit(lambda: dispatch_finalizer(str(run.pk), 1), using=store.alias)
     logger.info("run %s (%s %s): cancelled%s", run.pk, run.workflow_name, run.workflow_id,
                 f" ({reason})" if reason else "")  # fmt: skip
     for child in store.close_children(str(run.pk), f"its parent run {run.pk} was cancelled"):
@@ -737,6 +747,8 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
     """
     from .heartbeat import ensure_heartbeat, running_attempt
 
+    if seq == FINALIZER_SEQ:
+        return run_finalizer(run_id, attempt)
     store = get_store()
     run_id = str(run_id)
     started = store.start_activity(run_id, seq, attempt, weft_settings.LEASE_TTL)
@@ -785,6 +797,74 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
     return ActivityOutcome.FAILED if failed else ActivityOutcome.COMPLETED
 
 
+def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
+    """Run attempt ``attempt`` of a cancelled or timed-out run's finalizer with the state
+    the workflow recorded (``ctx.set_finalizer_state``), and record its outcome on the
+    run. At least once: a duplicate delivery of an attempt is skipped, and a worker that
+    dies mid-attempt leaves its lease to run out, after which the sweep sends the next
+    attempt. Failures are retried by the finalizer activity's retry policy."""
+    store = get_store()
+    run_id = str(run_id)
+    lease = weft_settings.LEASE_TTL
+    started = store.start_finalizer(run_id, attempt, lease)
+    if started is None:
+        logger.info(
+            "run %s: finalizer attempt %s is not startable (duplicate or stale); skipped", run_id, attempt
+        )
+        return ActivityOutcome.SKIPPED
+    name, state = started
+    act = registry.activities.get(name)
+    run = WorkflowRun.objects.using(store.alias).values("workflow_id", "workflow_name").get(pk=run_id)
+    info = ActivityInfo(run_id, run["workflow_id"], run["workflow_name"], name, FINALIZER_SEQ, attempt)
+    label = f"run {run_id}: finalizer {name} (attempt {attempt})"
+    if act is None:
+        error: dict[str, Any] | None = {
+            "type": "django_weft.ActivityNotRegistered",
+            "message": f"activity {name!r} is not registered in worker {get_engine().engine_id}",
+        }
+        retryable = True
+        policy = weft_settings.DEFAULT_RETRY_POLICY
+        result = None
+    else:
+        _, result_json, error_json = _call_activity(act, info, {"args": [state], "kwargs": {}}, store.alias)
+        result = codec.loads(result_json) if result_json is not None else None
+        error = codec.loads(error_json) if error_json is not None else None
+        retryable = bool(error.pop("retryable", True)) if error else False
+        policy = act.retry or weft_settings.DEFAULT_RETRY_POLICY
+    faults.hit("before_finalizer_finish", run_id=run_id, engine=get_engine())
+    retry_in = policy.delay_after(attempt) if error and retryable and attempt < policy.max_attempts else None
+    if not store.finish_finalizer(run_id, attempt, result=result, error=error, retry_in=retry_in):
+        logger.warning("%s: ran, but the attempt is no longer current; outcome discarded", label)
+        return ActivityOutcome.DISCARDED
+    if error is None:
+        logger.info("%s: completed", label)
+        return ActivityOutcome.COMPLETED
+    logger.warning("%s: failed (%s: %s)%s", label, error.get("type"), error.get("message"),
+                   f"; retried in {retry_in:.1f} s" if retry_in is not None else "")  # fmt: skip
+    return ActivityOutcome.FAILED
+
+
+def dispatch_finalizer(run_id: str, attempt: int, dispatcher: Any = None) -> None:
+    """Send attempt ``attempt`` of a run's finalizer to a worker (a doorbell: the
+    finalizer's timer makes the sweep send it again if this is lost)."""
+    dispatcher = dispatcher or get_dispatcher()
+    if not delivers(dispatcher):
+        return
+    finalizer = (
+        WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        .values_list("finalizer", flat=True)
+        .get(pk=run_id)
+    )
+    act = registry.activities.get(str((finalizer or {}).get("activity")))
+    queue = (act.queue if act is not None else None) or ""
+    try:
+        dispatcher.dispatch_activity(
+            str(run_id), FINALIZER_SEQ, attempt, queue=queue, timeout=act.timeout if act else None
+        )
+    except Exception:
+        logger.warning("run %s: could not dispatch its finalizer; the sweep will", run_id, exc_info=True)
+
+
 def _call_activity(
     act: Activity[..., Any], info: ActivityInfo, payload: dict[str, Any], alias: str
 ) -> tuple[str, str | None, str | None]:
@@ -821,6 +901,8 @@ class TickReport:
     """The dispatched runs whose owner's lease had expired (its worker died or stalled)."""
     closed_children: list[str] = field(default_factory=list)
     """Child runs cancelled because their parent had closed (its parent-close policy)."""
+    finalizers: int = 0
+    """Finalizer attempts sent (first attempts of timed-out runs, retries, lost attempts)."""
 
 
 _last_purge = [0.0]
@@ -840,6 +922,12 @@ def tick(dispatcher: Any = None) -> TickReport:
     # Children left running by parents that closed without applying their policy (a
     # process died in between; timed-out parents always come this way).
     report.closed_children = store.close_orphaned_children(batch)
+    finalizers = (
+        store.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER) if delivers(dispatcher) else []
+    )
+    for run_id, attempt in finalizers:
+        dispatch_finalizer(run_id, attempt, dispatcher)
+    report.finalizers = len(finalizers)
     if delivers(dispatcher):
         runnable, expired = store.claim_dispatch_batch(
             batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE

@@ -42,6 +42,7 @@ from .engine.errors import (
 )
 from .engine.records import (
     ACTIVE_STATUSES,
+    FINALIZER_SEQ,
     PENDING_STEP_STATUSES,
     RUN_LEVEL_SEQ,
     TERMINAL_STATUSES,
@@ -59,6 +60,7 @@ from .engine.records import (
     TimerKind,
     TimerWrite,
 )
+from .engine.registry import registry
 from .models import Signal, Step, Timer, Update, WorkflowRun
 from .models.messages import UpdateStatus
 
@@ -1095,7 +1097,9 @@ class DjangoStore:
             now = self.db_now()
             # Find candidates without locks, then lock run rows before timer rows: the
             # same order as park and claim, so the sweep never deadlocks with a turn.
-            candidates = set(timers.due(now).order_by("fire_at").values_list("run_id", flat=True)[:batch])
+            # Finalizer timers are the finalizers' (claim_due_finalizers): their runs are finished.
+            due_timers = timers.due(now).exclude(kind=TimerKind.FINALIZER)
+            candidates = set(due_timers.order_by("fire_at").values_list("run_id", flat=True)[:batch])
             if not candidates:
                 return []
             locked_runs = list(
@@ -1107,6 +1111,7 @@ class DjangoStore:
             due = list(
                 timers.filter(run_id__in=locked_runs)
                 .due(now)
+                .exclude(kind=TimerKind.FINALIZER)
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "run_id", "seq", "kind")
             )
@@ -1193,6 +1198,139 @@ class DjangoStore:
             if ids:
                 self._runs().filter(pk__in=ids).update(dispatched_at=now)
         return [str(run) for run in runnable], [str(run) for run in expired]
+
+    # -- finalizers --------------------------------------------------------------------
+    #
+    # A run that ends cancelled or timed out runs its workflow's finalizer activity at
+    # least once. Its progress is the run's ``finalizer`` column, and its timer row
+    # (seq FINALIZER_SEQ) is the durable backstop: due while an attempt is waiting to be
+    # sent or retried, and the lease of a started attempt (a worker killed mid-attempt
+    # lets it come due, and the sweep sends the next attempt).
+
+    def set_finalizer_state(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str
+    ) -> None:
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            self._runs().filter(pk=run_id).update(finalizer_state=codec.loads(state_json))
+
+    def _schedule_finalizer(self, run_pk: Any, workflow_name: str, now: datetime) -> dict[str, Any] | None:
+        definition = registry.workflows.get(workflow_name)
+        if definition is None or definition.finalizer is None:
+            return None
+        finalizer = {"activity": definition.finalizer.name, "status": "pending", "attempt": 0}
+        self._runs().filter(pk=run_pk).update(finalizer=finalizer)
+        Timer.objects.using(self.alias).update_or_create(
+            run_id=run_pk,
+            seq=FINALIZER_SEQ,
+            kind=TimerKind.FINALIZER,
+            defaults={"fire_at": now, "fired_at": None},
+        )
+        return finalizer
+
+    def claim_due_finalizers(self, batch: int, resend_after: float) -> list[tuple[str, int]]:
+        """Finalizer attempts to send: ``(run_id, attempt)`` for each due finalizer timer.
+        An attempt that had started is lost (its lease ran out) and counts as made. The
+        timer is pushed ``resend_after`` ahead, so a busy cluster is not sent it again
+        every sweep; starting the attempt replaces that with the attempt's lease."""
+        timers = Timer.objects.using(self.alias)
+        due: list[tuple[str, int]] = []
+        with transaction.atomic(using=self.alias):
+            now = self.db_now()
+            rows = list(
+                timers.filter(kind=TimerKind.FINALIZER)
+                .due(now)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", "run_id")[:batch]
+            )
+            for pk, run_pk in rows:
+                finalizer = self._runs().filter(pk=run_pk).values_list("finalizer", flat=True).first() or {}
+                if finalizer.get("status") not in ("pending", "retrying", "running"):
+                    timers.filter(pk=pk).delete()
+                    continue
+                if finalizer["status"] == "running":
+                    finalizer = {
+                        **finalizer,
+                        "status": "retrying",
+                        "error": {
+                            "type": "django_weft.WorkerLost",
+                            "message": "the worker running the finalizer stopped before recording it",
+                        },
+                    }
+                    self._runs().filter(pk=run_pk).update(finalizer=finalizer)
+                timers.filter(pk=pk).update(fire_at=now + timedelta(seconds=resend_after))
+                due.append((str(run_pk), int(finalizer.get("attempt", 0)) + 1))
+        return due
+
+    def start_finalizer(self, run_id: str, attempt: int, lease: float) -> tuple[str, Any] | None:
+        """Take attempt ``attempt`` of the run's finalizer: ``(activity name, state)``, or
+        ``None`` for a duplicate or stale delivery (exactly one caller takes an attempt)."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            run = (
+                self._runs().select_for_update().filter(pk=key).values("finalizer", "finalizer_state").first()
+            )
+            finalizer = (run or {}).get("finalizer") or {}
+            if (
+                finalizer.get("status") not in ("pending", "retrying")
+                or finalizer.get("attempt", 0) != attempt - 1
+            ):
+                return None
+            now = self.db_now()
+            self._runs().filter(pk=key).update(
+                finalizer={
+                    **finalizer,
+                    "status": "running",
+                    "attempt": attempt,
+                    "started_at": now.isoformat(),
+                }
+            )
+            Timer.objects.using(self.alias).update_or_create(
+                run_id=key,
+                seq=FINALIZER_SEQ,
+                kind=TimerKind.FINALIZER,
+                defaults={"fire_at": now + timedelta(seconds=lease), "fired_at": None},
+            )
+        assert run is not None
+        return str(finalizer["activity"]), run["finalizer_state"]
+
+    def finish_finalizer(
+        self,
+        run_id: str,
+        attempt: int,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        retry_in: float | None = None,
+    ) -> bool:
+        """Record the outcome of a started attempt: ``completed``, ``failed``, or
+        ``retrying`` in ``retry_in`` seconds. ``False`` if the attempt is no longer current
+        (its lease ran out and a later attempt was sent): nothing is recorded."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            finalizer = (
+                self._runs().select_for_update().filter(pk=key).values_list("finalizer", flat=True).first()
+                or {}
+            )
+            if finalizer.get("status") != "running" or finalizer.get("attempt") != attempt:
+                return False
+            now = self.db_now()
+            timers = Timer.objects.using(self.alias).filter(
+                run_id=key, seq=FINALIZER_SEQ, kind=TimerKind.FINALIZER
+            )
+            outcome: dict[str, Any] = {**finalizer, "finished_at": now.isoformat()}
+            if error is None:
+                outcome.update(status="completed", result=result, error=None)
+                timers.delete()
+            elif retry_in is not None:
+                outcome.update(status="retrying", error=error)
+                timers.update(fire_at=now + timedelta(seconds=retry_in), fired_at=None)
+            else:
+                outcome.update(status="failed", error=error)
+                timers.delete()
+            self._runs().filter(pk=key).update(finalizer=outcome)
+        return True
 
     # -- child workflows ---------------------------------------------------------------
 
@@ -1366,6 +1504,7 @@ class DjangoStore:
             error={"type": f"django_weft.Run{status.title().replace('_', '')}", "message": error["message"]},
             updated_at=now,
         )
+        run["finalizer"] = self._schedule_finalizer(run_pk, run["workflow_name"], now)
         signal = signals.run_cancelled if status == RunStatus.CANCELLED else signals.run_timed_out
         self._announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
         if run["parent_id"] is not None:

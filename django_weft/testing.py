@@ -18,7 +18,7 @@ from .dispatch import SweepOnlyDispatcher
 from .engine.executor import Engine
 from .engine.records import TERMINAL_STATUSES, StepStatus
 from .models import Step, WorkflowRun
-from .runtime import _CurrentDispatcher, run_activity, tick
+from .runtime import _CurrentDispatcher, run_activity, run_finalizer, tick
 from .store import DjangoStore
 
 
@@ -41,9 +41,23 @@ def run_queued_activities(run_id: str) -> int:
     return len(pending)
 
 
+def run_finalizer_now(run_id: str) -> str | None:
+    """Run, in this thread, the pending (or retrying) finalizer attempt of ``run_id``, if
+    any; return the finalizer's status afterwards (``None`` if the run has none)."""
+    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+    finalizer = runs.filter(pk=run_id).values_list("finalizer", flat=True).first()
+    if not finalizer:
+        return None
+    if finalizer.get("status") in ("pending", "retrying"):
+        run_finalizer(str(run_id), int(finalizer.get("attempt", 0)) + 1)
+        finalizer = runs.filter(pk=run_id).values_list("finalizer", flat=True).first() or {}
+    return str(finalizer.get("status"))
+
+
 def drive(run_id: str, *, engine: Engine | None = None, timeout: float = 10.0) -> str:
     """Run turns of ``run_id`` (firing its timers as they come due, running its queued
-    activities in this thread) until it is terminal.
+    activities in this thread) until it is terminal; then its finalizer, if it has one
+    to run (retries included, without waiting for their delays).
 
     Returns the final status; raises ``TimeoutError`` after ``timeout`` seconds.
     """
@@ -60,6 +74,9 @@ def drive(run_id: str, *, engine: Engine | None = None, timeout: float = 10.0) -
             .first()
         )
         if status is None or status in TERMINAL_STATUSES:
+            while run_finalizer_now(str(run_id)) in ("pending", "retrying"):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the finalizer of run {run_id} did not finish in {timeout} s")
             return str(status)
         if time.monotonic() > deadline:
             raise TimeoutError(f"run {run_id} still {status} after {timeout} s")

@@ -1473,6 +1473,25 @@ class WorkflowContext:
         )
         return value
 
+    def set_finalizer_state(self, value: Any) -> None:
+        """Record ``value`` (JSON) for the workflow's finalizer (``@workflow(finalizer=...)``),
+        which receives the last value set if the run ends cancelled or timed out."""
+        seq, recorded = self._next(StepKind.SIDE_EFFECT, "finalizer_state")
+        if recorded is not None:
+            return
+        self._frontier()
+        state_json = codec.dumps(value, what="the finalizer state")
+        step = self._step(
+            seq, StepKind.SIDE_EFFECT, "finalizer_state", StepStatus.COMPLETED, result_json=state_json
+        )
+        try:
+            self._engine.store.set_finalizer_state(
+                self._claimed.run_id, self._engine.engine_id, self._claimed.epoch, step, state_json
+            )
+        except Deposed as exc:
+            self._depose(exc)
+        self._remember(step, codec.loads(state_json), None)
+
     def now(self) -> datetime:
         """The current time (UTC, by the database clock), recorded once."""
         return _from_iso(self.side_effect(lambda: _iso(self._db_now().astimezone(UTC)), name="now"))

@@ -104,6 +104,11 @@ class TurnStore(Protocol):
     def close_children(self, run_id: str, reason: str) -> list[str]:
         """Apply the parent-close policy to the live children of a closed run."""
 
+    def set_finalizer_state(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str
+    ) -> None:
+        """Record the step and store ``state_json`` as the run's finalizer state, fenced."""
+
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         """Finish the run as ``continued`` and create its successor; return the new run id."""
 

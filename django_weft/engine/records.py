@@ -76,6 +76,9 @@ class FailureCategory(enum.StrEnum):
 RUN_LEVEL_SEQ = -1
 """``Timer.seq`` of timers that belong to the run rather than to a step."""
 
+FINALIZER_SEQ = -2
+"""``Timer.seq`` of a run's finalizer, and the position its attempts are dispatched with."""
+
 
 @dataclass(frozen=True)
 class StepRecord:

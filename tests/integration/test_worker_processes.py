@@ -140,3 +140,22 @@ def test_wait_signal_times_out_across_a_worker_restart(start_worker) -> None:  #
     assert step.result["timed_out"] is True
     assert step.finished_at >= fire_at
     assert time.monotonic() - began < 10
+
+
+def test_a_finalizer_runs_again_after_its_worker_was_killed_during_it(start_worker) -> None:  # type: ignore[no-untyped-def]
+    handle = client.start("tests.f.booking", args=["fk"])
+    first = start_worker(faults="before_finalizer_finish:kill")
+    wait_for(lambda: status(handle.run_id) == "waiting", 15, "the run to block")
+    handle.cancel("gone")
+    assert first.wait(30) == -signal.SIGKILL  # ran the finalizer, killed before recording it
+    assert count("fk:cleanup") == 1
+    assert WorkflowRun.objects.get(pk=handle.run_id).finalizer["status"] == "running"
+
+    start_worker()
+    finalizer = wait_for(
+        lambda: (f := WorkflowRun.objects.get(pk=handle.run_id).finalizer)["status"] == "completed" and f,
+        30,
+        "the finalizer to complete on the second worker",
+    )
+    assert finalizer["attempt"] == 2 and finalizer["result"] == "cleaned booked"
+    assert count("fk:cleanup") == 2  # at least once: it ran again after the kill

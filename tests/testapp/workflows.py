@@ -664,3 +664,26 @@ def same_id(ctx: Any, key: str) -> str:
     except WorkflowAlreadyExists:
         return "refused"
     return "started twice"
+
+
+# -- finalizers ------------------------------------------------------------------------
+
+finalizer_failures: dict[str, int] = {}
+
+
+@activity(name="tests.f.cleanup", retry=RetryPolicy(max_attempts=3, initial_interval=0.01, backoff=1.0))
+def cleanup(state: dict[str, Any]) -> str:
+    key = state["key"]
+    SideEffect.objects.create(key=f"{key}:cleanup")
+    if SideEffect.objects.filter(key=f"{key}:cleanup").count() <= finalizer_failures.get(key, 0):
+        raise RuntimeError(f"cleanup of {key} failed")
+    return f"cleaned {state['stage']}"
+
+
+@workflow(name="tests.f.booking", finalizer=cleanup)
+def booking(ctx: Any, key: str) -> str:
+    ctx.set_finalizer_state({"key": key, "stage": "started"})
+    ctx.run(record, f"{key}:book")
+    ctx.set_finalizer_state({"key": key, "stage": "booked"})
+    ctx.wait_signal("confirm")
+    return "confirmed"

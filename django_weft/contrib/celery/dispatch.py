@@ -53,7 +53,8 @@ class CeleryDispatcher:
     ) -> None:
         from .tasks import run_activity
 
-        options: dict[str, Any] = {"queue": queue}
+        # An empty queue (a finalizer of an inline activity) takes the default routing.
+        options: dict[str, Any] = {"queue": queue} if queue else {}
         if timeout is not None:
             options["soft_time_limit"] = timeout
             options["time_limit"] = timeout + self.soft_limit_grace
