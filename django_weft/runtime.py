@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -657,6 +658,27 @@ def _terminal(run: WorkflowRun, what: str) -> WorkflowTerminalError:
 # -- lifecycle: cancel, suspend, resume, retry ------------------------------------------
 
 
+def _on_live_run(ref: str | uuid.UUID, transition: Callable[[WorkflowRun], Any]) -> WorkflowRun:
+    """Apply ``transition`` to the run in a transaction; if the run turns out to have
+    continued as new (between looking it up and locking it, or by its run id), apply it
+    to the run it continued as."""
+    run = get_run(ref)
+    alias = weft_settings.DATABASE_ALIAS
+    for _ in range(100):
+        try:
+            with transaction.atomic(using=alias):
+                transition(run)
+            return run
+        except WorkflowTerminalError as exc:
+            if getattr(exc, "status", None) != RunStatus.CONTINUED:
+                raise
+            result = (
+                WorkflowRun.objects.using(alias).filter(pk=run.pk).values_list("result", flat=True).first()
+            )
+            run = get_run((result or {})["continued_as"])
+    raise AssertionError(f"run {ref} continued as new more than 100 times while being changed")
+
+
 def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
     """Cancel a run now: it is ``cancelled`` durably on return, whichever process drives
     it (that worker is deposed at its next write and stops), its pending timers are
@@ -664,14 +686,16 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
     Works on suspended runs; raises ``WorkflowTerminalError`` for a finished run."""
     if reason is not None and not isinstance(reason, str):
         raise InvalidInput(f"reason must be a string; got {type(reason).__name__}")
-    run = get_run(ref)
     store = get_store()
-    with transaction.atomic(using=store.alias):
+
+    def transition(run: WorkflowRun) -> None:
         closed = store.cancel(run.pk, reason)
         if closed.get("woken_parent"):
             _dispatch_on_commit(closed["woken_parent"])
         if closed.get("finalizer"):
             transaction.on_commit(lambda: dispatch_finalizer(str(run.pk), 1), using=store.alias)
+
+    run = _on_live_run(ref, transition)
     logger.info("run %s (%s %s): cancelled%s", run.pk, run.workflow_name, run.workflow_id,
                 f" ({reason})" if reason else "")  # fmt: skip
     for child in store.close_children(str(run.pk), f"its parent run {run.pk} was cancelled"):
@@ -684,10 +708,8 @@ def suspend(ref: str | uuid.UUID) -> str:
     deposed at its next write) until :func:`resume`. Signals and updates sent meanwhile
     are kept; timers that come due meanwhile are collected and re-armed by the resume.
     Raises ``InvalidTransition`` for other states (``WorkflowTerminalError`` if finished)."""
-    run = get_run(ref)
     store = get_store()
-    with transaction.atomic(using=store.alias):
-        store.suspend(run.pk)
+    run = _on_live_run(ref, lambda run: store.suspend(run.pk))
     logger.info("run %s (%s %s): suspended", run.pk, run.workflow_name, run.workflow_id)
     return RunStatus.SUSPENDED
 
@@ -696,11 +718,13 @@ def resume(ref: str | uuid.UUID) -> str:
     """Resume a suspended run: it becomes runnable and a worker continues it where it
     waits (a sleep whose time passed meanwhile ends at once). Raises
     ``InvalidTransition`` if the run is not suspended."""
-    run = get_run(ref)
     store = get_store()
-    with transaction.atomic(using=store.alias):
+
+    def transition(run: WorkflowRun) -> None:
         store.resume(run.pk, dispatched=delivers(get_dispatcher()))
         _dispatch_on_commit(str(run.pk))
+
+    run = _on_live_run(ref, transition)
     logger.info("run %s (%s %s): resumed", run.pk, run.workflow_name, run.workflow_id)
     return RunStatus.RUNNING
 
@@ -813,6 +837,15 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
         )
         return ActivityOutcome.SKIPPED
     name, state = started
+    if name is None:
+        definition = registry.workflows.get(
+            WorkflowRun.objects.using(store.alias).values_list("workflow_name", flat=True).get(pk=run_id)
+        )
+        if definition is None or definition.finalizer is None:
+            store.finish_finalizer(run_id, attempt, drop=True)
+            logger.info("run %s: its workflow has no finalizer here; none to run", run_id)
+            return ActivityOutcome.SKIPPED
+        name = definition.finalizer.name
     act = registry.activities.get(name)
     run = WorkflowRun.objects.using(store.alias).values("workflow_id", "workflow_name").get(pk=run_id)
     info = ActivityInfo(run_id, run["workflow_id"], run["workflow_name"], name, FINALIZER_SEQ, attempt)
@@ -826,7 +859,13 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
         policy = weft_settings.DEFAULT_RETRY_POLICY
         result = None
     else:
-        _, result_json, error_json = _call_activity(act, info, {"args": [state], "kwargs": {}}, store.alias)
+        from .heartbeat import ensure_heartbeat, running_attempt
+
+        ensure_heartbeat()
+        with running_attempt(run_id, FINALIZER_SEQ, attempt):  # the heartbeat renews its lease
+            _, result_json, error_json = _call_activity(
+                act, info, {"args": [state], "kwargs": {}}, store.alias
+            )
         result = codec.loads(result_json) if result_json is not None else None
         error = codec.loads(error_json) if error_json is not None else None
         retryable = bool(error.pop("retryable", True)) if error else False
@@ -850,12 +889,19 @@ def dispatch_finalizer(run_id: str, attempt: int, dispatcher: Any = None) -> Non
     dispatcher = dispatcher or get_dispatcher()
     if not delivers(dispatcher):
         return
-    finalizer = (
+    row = (
         WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
-        .values_list("finalizer", flat=True)
-        .get(pk=run_id)
+        .filter(pk=run_id)
+        .values("finalizer", "workflow_name")
+        .first()
     )
-    act = registry.activities.get(str((finalizer or {}).get("activity")))
+    if row is None:
+        return  # purged meanwhile
+    definition = registry.workflows.get(row["workflow_name"])
+    name = (row["finalizer"] or {}).get("activity") or (
+        definition.finalizer.name if definition is not None and definition.finalizer else None
+    )
+    act = registry.activities.get(str(name))
     queue = (act.queue if act is not None else None) or ""
     try:
         dispatcher.dispatch_activity(
@@ -922,6 +968,7 @@ def tick(dispatcher: Any = None) -> TickReport:
     # Children left running by parents that closed without applying their policy (a
     # process died in between; timed-out parents always come this way).
     report.closed_children = store.close_orphaned_children(batch)
+    store.wake_waiting_parents(batch)
     finalizers = (
         store.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER) if delivers(dispatcher) else []
     )

@@ -812,9 +812,19 @@ class DjangoStore:
         attempt's deadline away. Rows locked right now are skipped (renewed next time)."""
         condition = Q()
         for run_id, seq, attempt in attempts:
+            if seq == FINALIZER_SEQ:
+                condition |= Q(
+                    run_id=uuid.UUID(str(run_id)),
+                    seq=seq,
+                    kind=TimerKind.FINALIZER,
+                    run__finalizer__attempt=attempt,
+                    run__finalizer__status="running",
+                )
+                continue
             condition |= Q(
                 run_id=uuid.UUID(str(run_id)),
                 seq=seq,
+                kind=TimerKind.ACTIVITY,
                 run__steps__seq=seq,
                 run__steps__attempt=attempt,
                 run__steps__status=StepStatus.STARTED,
@@ -825,7 +835,7 @@ class DjangoStore:
         with transaction.atomic(using=self.alias):
             until = self.db_now() + timedelta(seconds=ttl)
             ids = list(
-                timers.filter(condition, kind=TimerKind.ACTIVITY, fired_at__isnull=True)
+                timers.filter(condition, fired_at__isnull=True)
                 .select_for_update(skip_locked=True, of=("self",))
                 .values_list("pk", flat=True)
             )
@@ -1135,7 +1145,40 @@ class DjangoStore:
                 self._runs().filter(pk__in=woken).update(
                     status=RunStatus.RUNNING, ready_at=now, waiting_on=None, updated_at=now
                 )
+            parents = set(
+                self._runs()
+                .filter(pk__in=timed_out, parent__isnull=False)
+                .values_list("parent_id", flat=True)
+            )
+        for parent in parents:
+            with transaction.atomic(using=self.alias):
+                if self._wake_parent(parent):
+                    woken.append(parent)
         return [str(run) for run in woken]
+
+    def wake_waiting_parents(self, batch: int) -> list[str]:
+        """The sweep's backstop for child completions whose parent was not woken in the
+        same transaction (a timed-out child's parent is woken after the sweep's batch):
+        a parent still waiting while a child it has not recorded yet has finished."""
+        finished = sorted(TERMINAL_STATUSES - {RunStatus.CONTINUED})
+        candidates = list(
+            self._runs()
+            .filter(
+                status=RunStatus.WAITING,
+                children__status__in=finished,
+                steps__kind=StepKind.CHILD,
+                steps__status=StepStatus.WAITING,
+                steps__seq=F("children__parent_seq"),
+            )
+            .values_list("pk", flat=True)
+            .distinct()[:batch]
+        )
+        woken = []
+        for parent in candidates:
+            with transaction.atomic(using=self.alias):
+                if self._wake_parent(parent):
+                    woken.append(str(parent))
+        return woken
 
     def _time_out_due(self, runs: set[Any]) -> set[Any]:
         """Time out the active runs among ``runs`` (locked by the caller, their deadline
@@ -1217,9 +1260,12 @@ class DjangoStore:
 
     def _schedule_finalizer(self, run_pk: Any, workflow_name: str, now: datetime) -> dict[str, Any] | None:
         definition = registry.workflows.get(workflow_name)
-        if definition is None or definition.finalizer is None:
+        if definition is not None and definition.finalizer is None:
             return None
-        finalizer = {"activity": definition.finalizer.name, "status": "pending", "attempt": 0}
+        # A workflow this process does not know may have a finalizer: the worker that
+        # takes the attempt looks it up (and drops the finalizer if there is none).
+        name = definition.finalizer.name if definition is not None and definition.finalizer else None
+        finalizer = {"activity": name, "status": "pending", "attempt": 0}
         self._runs().filter(pk=run_pk).update(finalizer=finalizer)
         Timer.objects.using(self.alias).update_or_create(
             run_id=run_pk,
@@ -1234,36 +1280,50 @@ class DjangoStore:
         An attempt that had started is lost (its lease ran out) and counts as made. The
         timer is pushed ``resend_after`` ahead, so a busy cluster is not sent it again
         every sweep; starting the attempt replaces that with the attempt's lease."""
-        timers = Timer.objects.using(self.alias)
+        timers = Timer.objects.using(self.alias).filter(kind=TimerKind.FINALIZER)
         due: list[tuple[str, int]] = []
         with transaction.atomic(using=self.alias):
             now = self.db_now()
+            # Run rows first, then their timers (the order start/finish_finalizer take).
+            candidates = list(timers.due(now).order_by("fire_at").values_list("run_id", flat=True)[:batch])
+            locked = dict(
+                self._runs()
+                .filter(pk__in=candidates)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", "finalizer")
+            )
             rows = list(
-                timers.filter(kind=TimerKind.FINALIZER)
+                timers.filter(run_id__in=list(locked))
                 .due(now)
                 .select_for_update(skip_locked=True)
-                .values_list("pk", "run_id")[:batch]
+                .values_list("pk", "run_id")
             )
             for pk, run_pk in rows:
-                finalizer = self._runs().filter(pk=run_pk).values_list("finalizer", flat=True).first() or {}
+                finalizer = locked[run_pk] or {}
                 if finalizer.get("status") not in ("pending", "retrying", "running"):
                     timers.filter(pk=pk).delete()
                     continue
                 if finalizer["status"] == "running":
-                    finalizer = {
-                        **finalizer,
-                        "status": "retrying",
-                        "error": {
-                            "type": "django_weft.WorkerLost",
-                            "message": "the worker running the finalizer stopped before recording it",
-                        },
+                    lost = {
+                        "type": "django_weft.WorkerLost",
+                        "message": "the worker running the finalizer stopped before recording it",
                     }
+                    act = registry.activities.get(str(finalizer.get("activity")))
+                    policy = (act.retry if act else None) or weft_settings.DEFAULT_RETRY_POLICY
+                    if int(finalizer.get("attempt", 0)) >= policy.max_attempts:
+                        # Lost attempts count: one that kills its worker every time ends.
+                        self._runs().filter(pk=run_pk).update(
+                            finalizer={**finalizer, "status": "failed", "error": lost}
+                        )
+                        timers.filter(pk=pk).delete()
+                        continue
+                    finalizer = {**finalizer, "status": "retrying", "error": lost}
                     self._runs().filter(pk=run_pk).update(finalizer=finalizer)
                 timers.filter(pk=pk).update(fire_at=now + timedelta(seconds=resend_after))
                 due.append((str(run_pk), int(finalizer.get("attempt", 0)) + 1))
         return due
 
-    def start_finalizer(self, run_id: str, attempt: int, lease: float) -> tuple[str, Any] | None:
+    def start_finalizer(self, run_id: str, attempt: int, lease: float) -> tuple[str | None, Any] | None:
         """Take attempt ``attempt`` of the run's finalizer: ``(activity name, state)``, or
         ``None`` for a duplicate or stale delivery (exactly one caller takes an attempt)."""
         key = uuid.UUID(str(run_id))
@@ -1293,7 +1353,7 @@ class DjangoStore:
                 defaults={"fire_at": now + timedelta(seconds=lease), "fired_at": None},
             )
         assert run is not None
-        return str(finalizer["activity"]), run["finalizer_state"]
+        return finalizer.get("activity"), run["finalizer_state"]
 
     def finish_finalizer(
         self,
@@ -1303,6 +1363,7 @@ class DjangoStore:
         result: Any = None,
         error: dict[str, Any] | None = None,
         retry_in: float | None = None,
+        drop: bool = False,
     ) -> bool:
         """Record the outcome of a started attempt: ``completed``, ``failed``, or
         ``retrying`` in ``retry_in`` seconds. ``False`` if the attempt is no longer current
@@ -1319,8 +1380,12 @@ class DjangoStore:
             timers = Timer.objects.using(self.alias).filter(
                 run_id=key, seq=FINALIZER_SEQ, kind=TimerKind.FINALIZER
             )
-            outcome: dict[str, Any] = {**finalizer, "finished_at": now.isoformat()}
-            if error is None:
+            outcome: dict[str, Any] | None = {**finalizer, "finished_at": now.isoformat()}
+            assert outcome is not None
+            if drop:
+                outcome = None  # the workflow has no finalizer after all
+                timers.delete()
+            elif error is None:
                 outcome.update(status="completed", result=result, error=None)
                 timers.delete()
             elif retry_in is not None:
@@ -1368,17 +1433,21 @@ class DjangoStore:
     def child_outcome(self, run_id: str, seq: int) -> ChildOutcome | None:
         """How the child started at ``seq`` ended, or ``None`` while it (or the run it
         continued as) is live."""
+        # A continue-as-new chain has one run that is not ``continued``: its last.
         latest = (
             self._runs()
             .filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq)
+            .exclude(status=RunStatus.CONTINUED)
             .order_by("-created_at")
             .values("pk", "workflow_id", "status", "result", "error")
             .first()
         )
         if latest is None:
+            if self._runs().filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq).exists():
+                return None  # only continued runs: the successor's row is not visible yet
             return ChildOutcome("", "", RunStatus.FAILED, error={"type": "django_weft.ChildGone",
                                 "message": "the child run no longer exists (purged)"})  # fmt: skip
-        if latest["status"] in ACTIVE_STATUSES or latest["status"] == RunStatus.CONTINUED:
+        if latest["status"] in ACTIVE_STATUSES:
             return None
         return ChildOutcome(
             str(latest["pk"]), latest["workflow_id"], latest["status"], latest["result"], latest["error"]
@@ -1426,7 +1495,7 @@ class DjangoStore:
         orphans = list(
             self._runs()
             .filter(parent__isnull=False, status__in=list(ACTIVE_STATUSES))
-            .filter(parent__status__in=sorted(TERMINAL_STATUSES - {RunStatus.CONTINUED}))
+            .filter(parent__status__in=sorted(TERMINAL_STATUSES))
             .exclude(parent_close_policy="abandon")
             .values_list("parent_id", flat=True)
             .distinct()[:batch]
@@ -1480,7 +1549,14 @@ class DjangoStore:
             return _aware(cursor.fetchone()[0])
 
     def _close(
-        self, run_pk: Any, run: dict[str, Any], status: str, error: dict[str, Any], category: str
+        self,
+        run_pk: Any,
+        run: dict[str, Any],
+        status: str,
+        error: dict[str, Any],
+        category: str,
+        *,
+        wake_parent: bool = True,
     ) -> None:
         """Close a locked run externally: terminal status, epoch rotated, owner cleared,
         unfired timers removed, pending updates failed."""
@@ -1507,7 +1583,7 @@ class DjangoStore:
         run["finalizer"] = self._schedule_finalizer(run_pk, run["workflow_name"], now)
         signal = signals.run_cancelled if status == RunStatus.CANCELLED else signals.run_timed_out
         self._announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
-        if run["parent_id"] is not None:
+        if run["parent_id"] is not None and wake_parent:
             run["woken_parent"] = self._wake_parent(run["parent_id"])
 
     def cancel(self, run_pk: Any, reason: str | None) -> dict[str, Any]:
@@ -1526,7 +1602,9 @@ class DjangoStore:
             "type": "django_weft.ExecutionTimeout",
             "message": f"the run passed its execution deadline ({deadline.isoformat()})",
         }
-        self._close(run_pk, run, RunStatus.TIMED_OUT, error, FailureCategory.TIMEOUT)
+        # The sweep holds a batch of run rows, ancestors among them possibly: the parent
+        # is woken after the batch commits, in a transaction of its own.
+        self._close(run_pk, run, RunStatus.TIMED_OUT, error, FailureCategory.TIMEOUT, wake_parent=False)
 
     def suspend(self, run_pk: Any) -> dict[str, Any]:
         """Suspend a running or waiting run, in the caller's transaction: it keeps its
@@ -1600,7 +1678,17 @@ class DjangoStore:
             ) from None
         if failed_seq is not None:
             Step.objects.using(self.alias).filter(run_id=run_pk, seq__gte=failed_seq).delete()
+            # Signals those steps consumed go back to the buffer, to be consumed again.
+            Signal.objects.using(self.alias).filter(run_id=run_pk, consumed_seq__gte=failed_seq).update(
+                consumed_seq=None
+            )
         Timer.objects.using(self.alias).filter(run_id=run_pk).delete()
+        deadline = self._runs().filter(pk=run_pk).values_list("execution_deadline", flat=True).first()
+        if deadline is not None:
+            # The deadline still holds (one already passed times the run out at the next sweep).
+            Timer.objects.using(self.alias).create(
+                run_id=run_pk, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=deadline
+            )
         return {**run, "status": RunStatus.RUNNING, "removed_from": failed_seq}
 
     def _discard_wake(self, run_id: str, status: str | None) -> str:
@@ -1612,6 +1700,15 @@ class DjangoStore:
         if status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PENDING):
             return "kept"
         key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            # Read again under the row lock: a resume and a new park in between would
+            # have re-armed the very timer rows this would delete.
+            status = self._runs().select_for_update().filter(pk=key).values_list("status", flat=True).first()
+            if status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PENDING):
+                return "kept"
+            return self._collect_timers(run_id, key, status)
+
+    def _collect_timers(self, run_id: str, key: uuid.UUID, status: str | None) -> str:
         timers = Timer.objects.using(self.alias).filter(run_id=key).unfired()
         if status == RunStatus.SUSPENDED:
             timers = timers.exclude(kind__in=[TimerKind.DEADLINE, TimerKind.ACTIVITY, TimerKind.FINALIZER])
@@ -1625,11 +1722,16 @@ class DjangoStore:
     def purge_terminal_before(self, cutoff: datetime, batch: int) -> int:
         """Delete up to ``batch`` terminal runs last updated before ``cutoff``."""
         with transaction.atomic(using=self.alias):
+            # Not a run whose finalizer has yet to run, nor a parent of live children: a
+            # child finishing locks its row, then its parent's; purging it here would lock
+            # the parent, then the child (the wrong order).
             ids = list(
                 self._runs()
                 .terminal()
                 .filter(updated_at__lt=cutoff)
-                .select_for_update(skip_locked=True)
+                .exclude(finalizer__status__in=["pending", "running", "retrying"])
+                .exclude(children__status__in=list(ACTIVE_STATUSES))
+                .select_for_update(skip_locked=True, of=("self",))
                 .values_list("pk", flat=True)[:batch]
             )
             if not ids:

@@ -9,6 +9,7 @@ with a fenced write before the workflow continues.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import logging
 import random as _random
 import time
@@ -215,6 +216,17 @@ class ChildHandle(Generic[T]):
 
 
 Handle = ActivityHandle[Any] | ChildHandle[Any]
+
+
+def _child_workflow_id(parent_workflow_id: str, seq: int) -> str:
+    """``"<parent workflow id>:<position>"``, shortened (with a digest of the whole parent
+    id, so it stays unique) when that would pass the 255-character limit."""
+    candidate = f"{parent_workflow_id}:{seq}"
+    if len(candidate) <= 255:
+        return candidate
+    digest = hashlib.sha256(parent_workflow_id.encode()).hexdigest()[:16]
+    return f"{parent_workflow_id[:200]}~{digest}:{seq}"
+
 
 _PENDING = object()
 
@@ -961,6 +973,13 @@ class WorkflowContext:
                 f"parent_close_policy must be one of {', '.join(PARENT_CLOSE_POLICIES)}; "
                 f"got {parent_close_policy!r}"
             )
+        if id is not None and (
+            not isinstance(id, str) or not id.strip() or len(id) > 255 or any(ord(ch) < 32 for ch in id)
+        ):
+            raise ConfigurationError(
+                f"a child workflow id must be a non-empty string of at most 255 characters without "
+                f"control characters; got {id!r}"
+            )
         seq, recorded = self._next(StepKind.CHILD, name)
         if recorded is not None:
             info = recorded.result or {}
@@ -970,7 +989,7 @@ class WorkflowContext:
         child_run_id = str(uuid.uuid4())
         child = ChildStart(
             run_id=child_run_id,
-            workflow_id=id if id is not None else f"{self._claimed.workflow_id}:{seq}",
+            workflow_id=id if id is not None else _child_workflow_id(self._claimed.workflow_id, seq),
             workflow_name=definition.name,
             workflow_version=definition.version,
             args_json=codec.dumps(list(args), what=f"arguments of child workflow {name}"),
@@ -1041,6 +1060,7 @@ class WorkflowContext:
                     f"{error.get('message')}",
                     child_run_id=str((recorded.result or {}).get("run_id")),
                     child_workflow_id=handle.workflow_id,
+                    seq=handle.seq,
                     status=status,
                     error_type=error.get("type"),
                     error_message=error.get("message"),

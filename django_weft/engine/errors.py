@@ -152,6 +152,7 @@ class ChildWorkflowFailed(WeftError):
 
     child_run_id: str
     child_workflow_id: str
+    seq: int
     status: str
     error_type: str | None
     error_message: str | None

@@ -23,7 +23,14 @@ from .context import (
     _Unwind,
     describe_exception,
 )
-from .errors import ActivityFailed, Deposed, NonDeterminismError, PayloadError, WorkflowNotRegistered
+from .errors import (
+    ActivityFailed,
+    ChildWorkflowFailed,
+    Deposed,
+    NonDeterminismError,
+    PayloadError,
+    WorkflowNotRegistered,
+)
 from .ports import Dispatcher, TurnStore
 from .records import ClaimedRun, FailureCategory, StepKind
 from .registry import Registry, registry
@@ -250,6 +257,7 @@ class Engine:
             )
             logger.info("%s: continued as new run %s", label, new_run)
             self.dispatch_turn(new_run)
+            self._after_close(ctx, None, "continued as new")
             return TurnOutcome.CONTINUED
         assert isinstance(unwinding, Park)
         faults.hit("before_park", run_id=run_id, engine=self)
@@ -278,6 +286,8 @@ class Engine:
             }
         else:
             error = describe_exception(exc)
+            if isinstance(exc, ChildWorkflowFailed):
+                error["seq"] = exc.seq  # a retry starts that child afresh
             if isinstance(exc, NonDeterminismError):
                 error.update(position=exc.position, recorded=exc.recorded, requested=exc.requested)
         claimed = ctx._claimed

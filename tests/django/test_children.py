@@ -131,3 +131,73 @@ def test_a_child_that_continues_as_new_is_followed_to_its_last_run() -> None:
         from django_weft.engine.registry import registry
 
         registry.unregister("tests.c.countdown_parent")
+
+
+def test_a_child_that_times_out_wakes_its_waiting_parent() -> None:
+    handle = client.start("tests.c.parent", args=["cto"], kwargs={"seconds": 60})
+    park(handle.run_id)
+    kid = child_of(handle.run_id)
+    park(str(kid.pk))
+    WorkflowRun.objects.filter(pk=kid.pk).update(execution_deadline=kid.created_at)
+    from django_weft.models import Timer
+
+    Timer.objects.create(run_id=kid.pk, seq=-1, kind="deadline", fire_at=kid.created_at)
+    tick(SweepOnlyDispatcher())
+    kid.refresh_from_db()
+    assert kid.status == "timed_out"
+    assert WorkflowRun.objects.get(pk=handle.run_id).status == "running"  # woken after the batch
+    assert drive(handle.run_id) == "failed"
+    assert "timed_out" in WorkflowRun.objects.get(pk=handle.run_id).error["message"]
+
+
+def test_a_successor_created_by_a_slower_clock_is_still_the_childs_last_run() -> None:
+    from datetime import timedelta
+
+    from django_weft.store import DjangoStore
+
+    handle = client.start("tests.c.countdown_parent_for_skew")
+    park(handle.run_id)
+    first = child_of(handle.run_id)
+    assert make_engine().run_turn(str(first.pk)) == TurnOutcome.CONTINUED
+    successor = WorkflowRun.objects.get(parent_id=handle.run_id, status="running")
+    WorkflowRun.objects.filter(pk=successor.pk).update(created_at=first.created_at - timedelta(seconds=5))
+    assert DjangoStore().child_outcome(handle.run_id, 0) is None  # the successor is live
+    assert drive(str(successor.pk)) == "completed"
+    outcome = DjangoStore().child_outcome(handle.run_id, 0)
+    assert outcome is not None and outcome.run_id == str(successor.pk) and outcome.status == "completed"
+
+
+def test_a_parent_that_continues_as_new_applies_its_close_policy() -> None:
+    handle = client.start("tests.c.parent_continues", args=["pc"])
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.CONTINUED
+    kid = WorkflowRun.objects.get(parent_id=handle.run_id)
+    assert kid.status == "cancelled"
+
+
+def test_retrying_a_parent_failed_by_its_child_starts_the_child_afresh() -> None:
+    from tests.testapp import workflows
+
+    handle = client.start("tests.c.retry_child", args=["rc"])
+    park(handle.run_id)
+    assert drive(str(child_of(handle.run_id).pk)) == "failed"
+    assert drive(handle.run_id) == "failed"
+    assert WorkflowRun.objects.get(pk=handle.run_id).error["seq"] == 0
+    workflows.bugs["step_4"] = False
+    try:
+        handle.retry()
+        park(handle.run_id)
+        fresh = WorkflowRun.objects.get(parent_id=handle.run_id, status="running")
+        assert drive(str(fresh.pk)) == "completed"
+        assert drive(handle.run_id) == "completed"
+    finally:
+        workflows.bugs["step_4"] = True
+    assert handle.result() == "child rc done"
+
+
+def test_a_bad_child_id_fails_the_parent_with_a_clear_error() -> None:
+    handle = client.start("tests.c.bad_id")
+    assert drive(handle.run_id) == "failed"
+    assert (
+        "child workflow id must be a non-empty string"
+        in WorkflowRun.objects.get(pk=handle.run_id).error["message"]
+    )

@@ -108,3 +108,20 @@ def test_the_sweep_sends_a_lost_finalizer_attempt_again(settings) -> None:  # ty
     assert finalizer_of(handle.run_id)["error"]["type"] == "django_weft.WorkerLost"
     assert run_finalizer(handle.run_id, 2) == ActivityOutcome.COMPLETED
     assert finalizer_of(handle.run_id)["status"] == "completed"
+
+
+def test_lost_finalizer_attempts_count_towards_its_retry_policy() -> None:
+    from django_weft.store import DjangoStore
+
+    handle = client.start("tests.f.booking", args=["b7"])
+    park(handle.run_id)
+    handle.cancel()
+    store = DjangoStore()
+    for attempt in (1, 2, 3):  # every attempt's worker dies: max_attempts is 3
+        assert store.start_finalizer(handle.run_id, attempt, lease=0.05) is not None
+        time.sleep(0.1)
+        due = store.claim_due_finalizers(10, 0.0)
+        assert due == ([(handle.run_id, attempt + 1)] if attempt < 3 else [])
+    finalizer = finalizer_of(handle.run_id)
+    assert finalizer["status"] == "failed" and finalizer["error"]["type"] == "django_weft.WorkerLost"
+    assert not Timer.objects.filter(run_id=handle.run_id).exists()

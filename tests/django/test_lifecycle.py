@@ -425,3 +425,30 @@ def test_lifecycle_commands(capsys: Any) -> None:
         call_command("weft_cancel", "cmd-run")
     with pytest.raises(CommandError, match="only a failed run can be retried"):
         call_command("weft_retry", "cmd-run")
+
+
+def test_a_wake_discarded_on_a_stale_status_keeps_the_rearmed_timer() -> None:
+    from django_weft.store import DjangoStore
+
+    handle = client.start("tests.sleepy", kwargs={"seconds": 60})
+    park(handle.run_id)
+    # The caller saw the run suspended; it was resumed and parked again since.
+    assert DjangoStore()._discard_wake(handle.run_id, "suspended") == "kept"
+    assert Timer.objects.filter(run_id=handle.run_id, kind="sleep").unfired().exists()
+
+
+def test_retry_keeps_the_execution_deadline() -> None:
+    handle = client.start("tests.l.eight_steps", args=["dl"], execution_timeout="1h")
+    assert drive(handle.run_id) == "failed"
+    handle.retry()
+    timer = Timer.objects.get(run_id=handle.run_id, kind="deadline")
+    assert timer.fire_at == run_of(handle).execution_deadline
+
+
+def test_cancel_by_an_old_run_id_reaches_the_run_it_continued_as() -> None:
+    handle = client.start("tests.countdown", args=[5])
+    first = handle.run_id
+    assert make_engine().run_turn(first) == TurnOutcome.CONTINUED
+    assert client.get_handle(first).cancel() == "cancelled"
+    successor = WorkflowRun.objects.get(workflow_id=handle.workflow_id, status="cancelled")
+    assert str(successor.pk) != first

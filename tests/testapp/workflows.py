@@ -687,3 +687,26 @@ def booking(ctx: Any, key: str) -> str:
     ctx.set_finalizer_state({"key": key, "stage": "booked"})
     ctx.wait_signal("confirm")
     return "confirmed"
+
+
+@workflow(name="tests.c.parent_continues")
+def parent_continues(ctx: Any, key: str, round: int = 0) -> str:
+    if round == 0:
+        ctx.start_child(child, key, 60)
+        ctx.continue_as_new(key, 1)
+    return "second round"
+
+
+@workflow(name="tests.c.retry_child")
+def retry_child(ctx: Any, key: str) -> str:
+    return str(ctx.run_child(child, key, fail=bugs["step_4"]))
+
+
+@workflow(name="tests.c.bad_id")
+def bad_child_id(ctx: Any) -> None:
+    ctx.start_child(child, "x", id="")
+
+
+@workflow(name="tests.c.countdown_parent_for_skew")
+def countdown_parent_for_skew(ctx: Any) -> Any:
+    return ctx.run_child("tests.countdown", 1)
