@@ -60,14 +60,40 @@ def send_confirmation(order_id: int, parcel: str) -> str:
     return f"msg-{activity_info().idempotency_key}"
 
 
+def _check_gift_note(note: Any) -> None:
+    if not isinstance(note, str) or not note.strip():
+        raise ValueError("a gift note is a non-empty string")
+    if len(note) > 140:
+        raise ValueError(f"a gift note has at most 140 characters; this one has {len(note)}")
+
+
 @workflow(name="orders.fulfil")
 def fulfil(ctx: WorkflowContext, order_id: int) -> dict[str, Any]:
+    progress: dict[str, Any] = {"stage": "charging", "gift_note": None}
+    # Try, while the run waits for its warehouse slot:
+    #   python manage.py weft_query order-<id> progress
+    ctx.on_query("progress", lambda: dict(progress))
+
+    def add_gift_note(note: str) -> dict[str, Any]:
+        progress["gift_note"] = note
+        return dict(progress)
+
+    # An update: validated before it is stored, applied at a recorded point, answered.
+    ctx.on_update("add_gift_note", add_gift_note, validator=_check_gift_note)
     receipt = ctx.run(charge_card, order_id)
     ctx.run(mark_paid, order_id, receipt)
+    progress["stage"] = "waiting for the warehouse"
     ctx.logger.info("order %s paid; waiting for the warehouse slot", order_id)
     # A durable timer: the run parks, no thread waits, and a restart does not lose it.
     ctx.sleep("5s")
     parcel = ctx.run(ship, order_id)
+    progress["stage"] = "shipped"
     ctx.logger.info("order %s shipped as %s", order_id, parcel)
     message = ctx.run(send_confirmation, order_id, parcel)
-    return {"order": order_id, "receipt": receipt, "parcel": parcel, "confirmation": message}
+    return {
+        "order": order_id,
+        "receipt": receipt,
+        "parcel": parcel,
+        "confirmation": message,
+        "gift_note": progress["gift_note"],
+    }
