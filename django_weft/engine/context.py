@@ -1131,27 +1131,8 @@ class WorkflowContext:
         self._replay_handlers()
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
             return self._signal_outcome(name, seq, recorded.result or {})
-        now = self._db_now()
-        if recorded is not None:
-            started_at = recorded.started_at or now
-            fire_at_text = (recorded.result or {}).get("fire_at")
-            fire_at = _from_iso(fire_at_text) if fire_at_text else None
-        else:
-            started_at = now
-            fire_at = now + timedelta(seconds=seconds) if seconds is not None else None
-        waiting = {"fire_at": _iso(fire_at) if fire_at else None}
-        start = _BlockingStart(
-            self,
-            None
-            if recorded is not None
-            else self._step(
-                seq,
-                StepKind.SIGNAL,
-                name,
-                StepStatus.WAITING,
-                result_json=codec.dumps(waiting),
-                finished=False,
-            ),
+        started_at, fire_at, waiting, start = self._message_wait_start(
+            seq, StepKind.SIGNAL, name, recorded, seconds
         )
         taken, _ = self._deliver(
             take=lambda message: message.kind == MessageKind.SIGNAL and message.name == name,
@@ -1212,27 +1193,8 @@ class WorkflowContext:
         self._replay_handlers()
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
             return bool((recorded.result or {}).get("satisfied"))
-        now = self._db_now()
-        if recorded is not None:
-            started_at = recorded.started_at or now
-            fire_at_text = (recorded.result or {}).get("fire_at")
-            fire_at = _from_iso(fire_at_text) if fire_at_text else None
-        else:
-            started_at = now
-            fire_at = now + timedelta(seconds=seconds) if seconds is not None else None
-        waiting = {"fire_at": _iso(fire_at) if fire_at else None}
-        start = _BlockingStart(
-            self,
-            None
-            if recorded is not None
-            else self._step(
-                seq,
-                StepKind.CONDITION,
-                "wait_condition",
-                StepStatus.WAITING,
-                result_json=codec.dumps(waiting),
-                finished=False,
-            ),
+        started_at, fire_at, waiting, start = self._message_wait_start(
+            seq, StepKind.CONDITION, "wait_condition", recorded, seconds
         )
         satisfied = bool(predicate())
         if not satisfied:
@@ -1255,6 +1217,27 @@ class WorkflowContext:
             wait["fire_at"] = _iso(fire_at)
         timers = [TimerWrite(seq, TimerKind.SIGNAL_TIMEOUT, fire_at)] if fire_at is not None else []
         return bool(self._park(wait, start.unrecorded(), timers))
+
+    def _message_wait_start(
+        self, seq: int, kind: str, name: str, recorded: StepRecord | None, seconds: float | None
+    ) -> tuple[datetime, datetime | None, dict[str, Any], _BlockingStart]:
+        """When a signal or condition wait started and when it times out (from its record,
+        or now), and its start record, written once before any handler step after it."""
+        now = self._db_now()
+        if recorded is not None:
+            fire_at_text = (recorded.result or {}).get("fire_at")
+            started_at = recorded.started_at or now
+            fire_at = _from_iso(fire_at_text) if fire_at_text else None
+        else:
+            started_at = now
+            fire_at = now + timedelta(seconds=seconds) if seconds is not None else None
+        waiting = {"fire_at": _iso(fire_at) if fire_at else None}
+        step = None
+        if recorded is None:
+            step = self._step(
+                seq, kind, name, StepStatus.WAITING, result_json=codec.dumps(waiting), finished=False
+            )
+        return started_at, fire_at, waiting, _BlockingStart(self, step)
 
     def _finish_wait(self, step: StepWrite, *, signal_pk: int | None = None) -> None:
         """Record a message wait's (or a signal handler's) step, consuming ``signal_pk``
