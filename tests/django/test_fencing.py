@@ -231,7 +231,8 @@ def test_a_takeover_that_waited_for_the_row_lock_sees_the_previous_owners_last_s
     writer, _ = in_thread(
         lambda: store.commit_step_atomic(handle.run_id, "engine-old", old.epoch, body), "old"
     )
-    assert inside.wait(10)  # the old owner holds the run row; its lease has run out
+    assert inside.wait(10)  # the old owner holds the run row...
+    time.sleep(0.05)  # ...and its 10 ms lease has surely run out before the claim starts
     claimed: dict[str, Any] = {}
     taker, _ = in_thread(
         lambda: claimed.setdefault("run", DjangoStore().claim(handle.run_id, "engine-new", 30, 0)), "new"
