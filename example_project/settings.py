@@ -1,9 +1,11 @@
 """Settings of the example project: one Django site with the ``orders`` demo app.
 
 Embedded by default: SQLite in ``example_project/var/db.sqlite3``, set up for several
-processes (a web server, Celery workers and beat) writing at once, and Celery on kombu's
-``filesystem://`` transport (messages are files in ``example_project/var/broker/``), so
-no database or broker server is needed. Production-like services instead:
+processes (a web server, Celery workers and beat) writing at once, and Celery on a
+filesystem transport (messages are files in ``example_project/var/broker/``; see
+``example_project/broker.py``), so no database or broker server is needed.
+``WEFT_EXAMPLE_VAR_DIR`` moves that state folder elsewhere (the test command runs its
+own copy of the example there). Production-like services instead:
 
     DATABASE_URL=postgres://user:password@host:port/name
     CELERY_BROKER_URL=redis://127.0.0.1:6379/0
@@ -19,7 +21,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent
-VAR_DIR = BASE_DIR / "var"
+VAR_DIR = Path(os.environ.get("WEFT_EXAMPLE_VAR_DIR") or BASE_DIR / "var").resolve()
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-only-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
@@ -93,7 +95,7 @@ def database_from_url(url: str) -> dict[str, Any]:
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 else:
-    VAR_DIR.mkdir(exist_ok=True)
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -112,10 +114,12 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Celery, configured from these CELERY_* settings by example_project/celery.py.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's filesystem transport with atomic writes and takes (see broker.py).
+    CELERY_BROKER_TRANSPORT = "example_project.broker:Transport"
     _broker_dir = VAR_DIR / "broker"
-    for _folder in ("queue", "processed", "control"):
+    for _folder in ("queue", "taken", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # One folder in and out: every process (web, workers, beat) shares the same queues.

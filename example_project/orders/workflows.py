@@ -7,7 +7,7 @@ import hashlib
 import logging
 from typing import Any
 
-from django_weft import RetryPolicy, WorkflowContext, activity, activity_info, workflow
+from django_weft import RetryPolicy, SignalTimeout, WorkflowContext, activity, activity_info, workflow
 
 from .models import Order
 
@@ -67,9 +67,13 @@ def _check_gift_note(note: Any) -> None:
         raise ValueError(f"a gift note has at most 140 characters; this one has {len(note)}")
 
 
+#: How long an order waits for someone to give it a warehouse slot before it ships anyway.
+WAREHOUSE_SLOT_TIMEOUT = "3m"
+
+
 @workflow(name="orders.fulfil")
 def fulfil(ctx: WorkflowContext, order_id: int) -> dict[str, Any]:
-    progress: dict[str, Any] = {"stage": "charging", "gift_note": None}
+    progress: dict[str, Any] = {"stage": "charging", "gift_note": None, "warehouse_slot": None}
     # Try, while the run waits for its warehouse slot:
     #   python manage.py weft_query order-<id> progress
     ctx.on_query("progress", lambda: dict(progress))
@@ -82,17 +86,25 @@ def fulfil(ctx: WorkflowContext, order_id: int) -> dict[str, Any]:
     ctx.on_update("add_gift_note", add_gift_note, validator=_check_gift_note)
     receipt = ctx.run(charge_card, order_id)
     ctx.run(mark_paid, order_id, receipt)
-    progress["stage"] = "waiting for the warehouse"
-    ctx.logger.info("order %s paid; waiting for the warehouse slot", order_id)
-    # A durable timer: the run parks, no thread waits, and a restart does not lose it.
-    ctx.sleep("5s")
+    progress["stage"] = "waiting for a warehouse slot"
+    ctx.logger.info("order %s paid; waiting for a warehouse slot", order_id)
+    # A durable wait for a person: the run parks, no thread waits, and a restart loses
+    # nothing. Someone sends the signal (the admin's "Give a warehouse slot" action, or
+    # `manage.py weft_signal order-<id> warehouse_slot --payload '"dock 3"'`); without one, the
+    # order ships anyway once the timeout has passed.
+    try:
+        slot = ctx.wait_signal("warehouse_slot", timeout=WAREHOUSE_SLOT_TIMEOUT)
+    except SignalTimeout:
+        slot = "first free slot"
+    progress["warehouse_slot"] = slot
     parcel = ctx.run(ship, order_id)
     progress["stage"] = "shipped"
-    ctx.logger.info("order %s shipped as %s", order_id, parcel)
+    ctx.logger.info("order %s shipped as %s from %s", order_id, parcel, slot)
     message = ctx.run(send_confirmation, order_id, parcel)
     return {
         "order": order_id,
         "receipt": receipt,
+        "warehouse_slot": slot,
         "parcel": parcel,
         "confirmation": message,
         "gift_note": progress["gift_note"],
