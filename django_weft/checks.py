@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
+from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, weft_settings
 from .engine.errors import WeftError
@@ -75,6 +76,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 id="django_weft.E016",
             )
         )
+    errors.extend(_check_api())
     try:
         _ = weft_settings.RETENTION
     except WeftError as exc:
@@ -95,6 +97,41 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     except Exception as exc:
         errors.append(_value_error("WEFT_DISPATCHER", exc, "django_weft.E012"))
     errors.extend(_check_database())
+    return errors
+
+
+def _check_api() -> list[Any]:
+    errors = []
+    run_filter = getattr(settings, "WEFT_API_RUN_FILTER", None)
+    if run_filter is not None:
+        try:
+            function = import_string(run_filter) if isinstance(run_filter, str) else None
+        except ImportError as exc:
+            function = None
+            reason = f"it cannot be imported: {exc}"
+        else:
+            reason = "it is not a callable" if function is not None else f"got {run_filter!r}"
+        if function is None or not callable(function):
+            errors.append(
+                Error(
+                    "WEFT_API_RUN_FILTER must be the import string of a function "
+                    f"(request, queryset) -> queryset, or None; {reason}.",
+                    id="django_weft.E018",
+                )
+            )
+    try:
+        if weft_settings.API_MAX_WAIT < 0:
+            errors.append(Error("WEFT_API_MAX_WAIT must not be negative.", id="django_weft.E019"))
+    except WeftError as exc:
+        errors.append(_value_error("WEFT_API_MAX_WAIT", exc, "django_weft.E019"))
+    body = getattr(settings, "WEFT_API_MAX_BODY_BYTES", None)
+    if body is not None and (not isinstance(body, int) or isinstance(body, bool) or body < 1):
+        errors.append(
+            Error(
+                f"WEFT_API_MAX_BODY_BYTES must be a positive integer or None; got {body!r}.",
+                id="django_weft.E020",
+            )
+        )
     return errors
 
 

@@ -27,7 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "WEFT_DISPATCHER": None,  # None: Celery's with django_weft.contrib.celery installed, else sweep-only
     "WEFT_CELERY_QUEUE": None,  # None: Celery's own routing (the default queue)
     "WEFT_MAX_PAYLOAD_BYTES": 1024 * 1024,
-    "WEFT_API_PERMISSION_CLASSES": None,
+    "WEFT_API_PERMISSION_CLASSES": None,  # None: authenticated staff with model permissions
+    "WEFT_API_RUN_FILTER": None,  # None: every run is visible to whoever may view runs
+    "WEFT_API_MAX_WAIT": 30.0,
+    "WEFT_API_MAX_BODY_BYTES": None,  # None: WEFT_MAX_PAYLOAD_BYTES plus 64 KiB of envelope
     "WEFT_DATABASE_ALIAS": "default",
     "WEFT_RETENTION": None,
     "WEFT_DEFAULT_RETRY_POLICY": None,
@@ -89,6 +92,26 @@ class WeftSettings:
     @property
     def MAX_PAYLOAD_BYTES(self) -> int:
         return int(self._get("WEFT_MAX_PAYLOAD_BYTES"))
+
+    @property
+    def API_PERMISSION_CLASSES(self) -> list[str] | None:
+        value = self._get("WEFT_API_PERMISSION_CLASSES")
+        return None if value is None else list(value)
+
+    @property
+    def API_RUN_FILTER(self) -> str | None:
+        return self._get("WEFT_API_RUN_FILTER")
+
+    @property
+    def API_MAX_WAIT(self) -> float:
+        return parse_duration(self._get("WEFT_API_MAX_WAIT"), what="WEFT_API_MAX_WAIT")
+
+    @property
+    def API_MAX_BODY_BYTES(self) -> int:
+        value = self._get("WEFT_API_MAX_BODY_BYTES")
+        if value is None:
+            return self.MAX_PAYLOAD_BYTES + 64 * 1024
+        return int(value)
 
     @property
     def DATABASE_ALIAS(self) -> str:

@@ -34,6 +34,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # the API docs pages' static files
     "django_weft",
     "django_weft.contrib.celery",  # workers run turns and activities; beat drives the sweep
     "example_project.orders",

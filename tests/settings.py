@@ -19,6 +19,11 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # the API docs pages' static files
     "django_weft",
     "django_weft.contrib.celery",
     "tests.testapp",
@@ -114,3 +119,4 @@ LOGGING = {
         }
     },
 }
+STATIC_URL = "static/"

@@ -64,7 +64,9 @@ class OrderAdmin(admin.ModelAdmin):
                 handle = client.get_handle(order.workflow_id)
                 handle.signal("warehouse_slot", f"dock {order.pk % 4 + 1}")
             except WorkflowNotFound:
-                self.message_user(request, f"{order}: has no run; start its fulfilment first.", messages.WARNING)
+                self.message_user(
+                    request, f"{order}: has no run; start its fulfilment first.", messages.WARNING
+                )
             except WeftError as exc:
                 # A finished run takes no more signals (WorkflowTerminalError says so).
                 self.message_user(request, f"{order}: {exc}", messages.WARNING)

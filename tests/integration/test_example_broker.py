@@ -66,7 +66,9 @@ def test_concurrent_producers_and_consumers_get_every_message_once_and_whole(tmp
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     stop = context.Event()
-    consumers = [context.Process(target=_consume, args=(str(tmp_path), results, stop)) for _ in range(CONSUMERS)]
+    consumers = [
+        context.Process(target=_consume, args=(str(tmp_path), results, stop)) for _ in range(CONSUMERS)
+    ]
     producers = [context.Process(target=_produce, args=(str(tmp_path), index)) for index in range(PRODUCERS)]
     for process in consumers + producers:
         process.start()

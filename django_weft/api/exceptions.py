@@ -1,0 +1,136 @@
+"""The error envelope of django_weft's REST views: ``{"error": {"code", "message", "details"}}``.
+
+:func:`weft_exception_handler` is used by django_weft's views only (their
+``get_exception_handler``), so the project's ``EXCEPTION_HANDLER`` and its other views are
+untouched. Every :class:`~django_weft.WeftError` a client can cause maps to a 4xx code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from ..engine.errors import (
+    InvalidInput,
+    InvalidTransition,
+    QueryFailed,
+    UnknownHandler,
+    UpdateFailed,
+    UpdateNotFound,
+    UpdateValidationError,
+    WeftError,
+    WorkflowAlreadyExists,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowNotFound,
+    WorkflowNotRegistered,
+    WorkflowTerminalError,
+    WorkflowTimedOut,
+)
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "payload_too_large"
+
+
+def error_response(code: str, message: str, http_status: int, details: Any = None) -> Response:
+    return Response(
+        {"error": {"code": code, "message": message, "details": details if details is not None else {}}},
+        status=http_status,
+    )
+
+
+# WeftError subclasses a client can cause, most specific first: (class, HTTP status, code).
+_WEFT_ERRORS: list[tuple[type[WeftError], int, str]] = [
+    (UpdateValidationError, 400, "validation_failed"),
+    (UnknownHandler, 400, "unknown_handler"),
+    (WorkflowNotRegistered, 400, "unknown_workflow"),
+    (InvalidInput, 400, "invalid"),
+    (WorkflowNotFound, 404, "not_found"),
+    (UpdateNotFound, 404, "not_found"),
+    (WorkflowAlreadyExists, 409, "already_exists"),
+    (WorkflowTerminalError, 409, "conflict"),
+    (InvalidTransition, 409, "conflict"),
+    (WorkflowFailed, 409, "run_failed"),
+    (WorkflowCancelled, 409, "run_cancelled"),
+    (WorkflowTimedOut, 409, "run_timed_out"),
+    (UpdateFailed, 422, "update_failed"),
+    (QueryFailed, 422, "query_failed"),
+]
+
+_DRF_CODES: dict[type[exceptions.APIException], str] = {
+    exceptions.ParseError: "invalid",
+    exceptions.ValidationError: "invalid",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "not_authenticated",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+    PayloadTooLarge: "payload_too_large",
+}
+
+
+def weft_error_details(exc: WeftError) -> dict[str, Any]:
+    """What a client can act on, from the error's attributes (never a traceback of ours)."""
+    if isinstance(exc, UpdateValidationError):
+        return {"issues": list(getattr(exc, "issues", []))}
+    if isinstance(exc, UnknownHandler):
+        return {"kind": exc.kind, "name": exc.name, "registered": list(exc.registered)}
+    if isinstance(exc, WorkflowFailed | UpdateFailed):
+        return {
+            "type": getattr(exc, "error_type", None),
+            "message": getattr(exc, "error_message", None),
+            "traceback": getattr(exc, "error_traceback", None),
+        }
+    if isinstance(exc, WorkflowCancelled):
+        return {"reason": getattr(exc, "reason", None)}
+    details = {}
+    for key in ("run_id", "workflow_id", "status", "update_id"):
+        value = getattr(exc, key, None)
+        if value is not None:
+            details[key] = str(value)
+    return details
+
+
+def weft_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler producing the envelope; ``None`` (a 500) for anything else."""
+    if isinstance(exc, WeftError):
+        for klass, http_status, code in _WEFT_ERRORS:
+            if isinstance(exc, klass):
+                return error_response(code, exc.message, http_status, weft_error_details(exc))
+        return None
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if not isinstance(exc, exceptions.APIException):
+        return None
+    code = next((code for klass, code in _DRF_CODES.items() if isinstance(exc, klass)), "error")
+    http_status = exc.status_code
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        http_status = status.HTTP_401_UNAUTHORIZED
+    if isinstance(exc, exceptions.ValidationError):
+        message = "The request is not valid; details lists what to fix."
+        details: Any = (
+            {"fields": exc.detail} if isinstance(exc.detail, dict) else {"fields": {"": exc.detail}}
+        )
+    else:
+        message = str(exc.detail)
+        details = {}
+    response = error_response(code, message, http_status, details)
+    auth_header = getattr(exc, "auth_header", None)
+    if auth_header:
+        response["WWW-Authenticate"] = auth_header
+    wait = getattr(exc, "wait", None)
+    if wait:
+        response["Retry-After"] = str(int(wait))
+    return response

@@ -1,0 +1,75 @@
+"""Filters of ``GET runs/`` (django-filter), plus ``search.<attr>=<value>`` on search attributes."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import django_filters
+from rest_framework import exceptions
+from rest_framework.filters import BaseFilterBackend
+from rest_framework.request import Request
+
+from ..engine.records import RunStatus
+from ..models import WorkflowRun
+from ..models.querysets import WorkflowRunQuerySet
+
+SEARCH_PREFIX = "search."
+_ATTRIBUTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,99}$")
+
+
+class RunFilter(django_filters.FilterSet):
+    status = django_filters.MultipleChoiceFilter(
+        choices=[(status.value, status.value) for status in RunStatus],
+        help_text="Runs in any of these statuses (repeat the parameter for several).",
+    )
+    workflow = django_filters.CharFilter(field_name="workflow_name", help_text="Registered workflow name.")
+    workflow_id = django_filters.CharFilter(help_text="Business key: every run with this workflow id.")
+    parent = django_filters.UUIDFilter(field_name="parent_id", help_text="Children of this run id.")
+    created_after = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", help_text="Created at or after (ISO 8601)."
+    )
+    created_before = django_filters.IsoDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
+    )
+
+    class Meta:
+        model = WorkflowRun
+        fields = ("status", "workflow", "workflow_id", "parent", "created_after", "created_before")
+
+
+def _candidates(raw: str) -> list[Any]:
+    """A query-string value as the typed values it may stand for: ``7`` is 7 or "7"."""
+    values: list[Any] = [raw]
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return values
+    if isinstance(parsed, bool | int | float) or parsed is None:
+        values.append(parsed)
+    return values
+
+
+class SearchAttributeFilter(BaseFilterBackend):
+    """``search.<attr>=<value>``: runs whose search attributes hold that value (JSON
+    containment on PostgreSQL, using the GIN index; key by key on SQLite)."""
+
+    def filter_queryset(
+        self, request: Request, queryset: WorkflowRunQuerySet, view: Any
+    ) -> WorkflowRunQuerySet:
+        for key in request.query_params:
+            if not key.startswith(SEARCH_PREFIX):
+                continue
+            attribute = key[len(SEARCH_PREFIX) :]
+            if not _ATTRIBUTE.match(attribute):
+                raise exceptions.ValidationError(
+                    {key: "A search attribute name is letters, digits, _ and -, starting with a letter or _."}
+                )
+            for raw in request.query_params.getlist(key):
+                matches = [queryset.search(**{attribute: value}) for value in _candidates(raw)]
+                combined = matches[0]
+                for extra in matches[1:]:
+                    combined = combined | extra
+                queryset = combined
+        return queryset

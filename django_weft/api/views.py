@@ -1,0 +1,477 @@
+"""REST views: parse, call the runtime, shape. No rows are written here.
+
+Routes and shapes are DESIGN §6 (REST); errors are the envelope of ``exceptions.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import uuid
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from django.db.models import Count, QuerySet
+from django.utils.module_loading import import_string
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import exceptions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import runtime
+from ..conf import weft_settings
+from ..engine.errors import ResultTimeout, UpdateFailed, UpdateTimeout, WorkflowFailed
+from ..engine.registry import registry
+from ..models import WorkflowRun
+from . import serializers as s
+from .exceptions import weft_exception_handler
+from .filters import RunFilter, SearchAttributeFilter
+from .pagination import RunCursorPagination
+from .parsers import BoundedJSONParser, body_limit, too_large
+from .permissions import permission_classes
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+HISTORY_PAGE = 500
+
+ERRORS = OpenApiResponse(s.ErrorSerializer, description="The error envelope (see `error.code`).")
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return dict.fromkeys((400, 401, 403, 404, 413, *codes), ERRORS)
+
+
+class WeftAPIView(APIView):
+    """What every django_weft view shares: JSON only, a bounded body, the error envelope,
+    the configured permissions and a schema that does not depend on the project's
+    ``DEFAULT_SCHEMA_CLASS``."""
+
+    parser_classes = [BoundedJSONParser]
+    renderer_classes = [JSONRenderer]
+    schema = AutoSchema()
+    weft_action: str | None = None
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [permission() for permission in permission_classes()]
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        return weft_exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # Before authentication reads anything: a declared length over the limit is
+        # refused without waiting for a body that may never come.
+        length = request.META.get("CONTENT_LENGTH")
+        if length and str(length).isdigit() and int(length) > body_limit():
+            raise too_large(int(length))
+        super().initial(request, *args, **kwargs)
+
+
+def visible_runs(request: Request) -> QuerySet[WorkflowRun]:
+    """The runs this request may see at all: ``WEFT_API_RUN_FILTER`` applied."""
+    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).all()
+    path = weft_settings.API_RUN_FILTER
+    if path is None:
+        return runs
+    return _run_filter(path)(request, runs)
+
+
+@lru_cache(maxsize=4)
+def _run_filter(path: str) -> Callable[[Request, QuerySet[WorkflowRun]], QuerySet[WorkflowRun]]:
+    return import_string(path)
+
+
+def _wait(raw: Any, what: str = "wait") -> float:
+    """A ``wait`` in seconds from a client, capped by ``WEFT_API_MAX_WAIT``."""
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        raise exceptions.ValidationError({what: f"A number of seconds; got {raw!r}."}) from None
+    if seconds != seconds or seconds < 0 or seconds in (float("inf"),):
+        raise exceptions.ValidationError({what: f"A number of seconds, 0 or more; got {raw!r}."})
+    return min(seconds, weft_settings.API_MAX_WAIT)
+
+
+def _key(request: Request, given: Any) -> Any:
+    """The body's id if it gives one, else the ``Idempotency-Key`` header, else ``None``."""
+    if given not in (None, ""):
+        return given
+    header = request.headers.get(IDEMPOTENCY_HEADER)
+    return header if header else None
+
+
+REF = OpenApiParameter(
+    "ref",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    description="A run id, or a workflow id (meaning its latest run).",
+)
+WAIT = OpenApiParameter(
+    "wait",
+    OpenApiTypes.NUMBER,
+    OpenApiParameter.QUERY,
+    required=False,
+    description="Seconds to wait for an outcome (long poll), capped by WEFT_API_MAX_WAIT. Default 0.",
+)
+IDEMPOTENCY = OpenApiParameter(
+    IDEMPOTENCY_HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Used as the id (run id, signal_id, update_id) when the body gives none: a retry "
+    "after a timeout gets the first outcome.",
+)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List runs",
+        parameters=[
+            OpenApiParameter(
+                "search.<attr>",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                required=False,
+                description="Runs whose search attribute <attr> has this value (e.g. search.customer=7).",
+            )
+        ],
+        responses={200: s.RunPageSerializer, **_errors()},
+    ),
+    retrieve=extend_schema(
+        summary="Get a run", parameters=[REF], responses={200: s.RunSerializer, **_errors()}
+    ),
+)
+class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
+    """Workflow runs: list, start, inspect, message and operate them."""
+
+    lookup_field = "ref"
+    lookup_value_regex = "[^/]+"
+    pagination_class = RunCursorPagination
+    filter_backends = [DjangoFilterBackend, SearchAttributeFilter]
+    filterset_class = RunFilter
+    serializer_class = s.RunSerializer
+
+    def get_queryset(self) -> QuerySet[WorkflowRun]:
+        return visible_runs(self.request)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _run(self, ref: str) -> WorkflowRun:
+        """The run ``ref`` names, if this request may see it (else 404 ``not_found``)."""
+        run = runtime.get_run(ref)
+        if weft_settings.API_RUN_FILTER is not None and not self.get_queryset().filter(pk=run.pk).exists():
+            raise exceptions.NotFound(f"no workflow run has run id or workflow id {ref!r}")
+        return run
+
+    def _shape(self, run: WorkflowRun) -> dict[str, Any]:
+        data = runtime.describe(run)
+        data["url"] = self.reverse_action("detail", kwargs={"ref": str(run.pk)})
+        return dict(s.RunSerializer(data).data)
+
+    def _transition(self, ref: str, operation: Callable[[str], str]) -> Response:
+        run = self._run(ref)
+        new_status = operation(str(run.pk))
+        fresh = runtime.get_run(str(run.pk))
+        return Response({"status": new_status, "run": self._shape(fresh)})
+
+    # -- runs --------------------------------------------------------------------------
+
+    def list(self, request: Request) -> Response:
+        runs = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response([self._shape(run) for run in page or []])
+
+    @extend_schema(
+        summary="Start a run",
+        request=s.StartRunSerializer,
+        parameters=[IDEMPOTENCY],
+        responses={
+            201: OpenApiResponse(s.RunSerializer, description="Started; Location names the run."),
+            200: OpenApiResponse(s.RunSerializer, description="A run with this id already existed."),
+            **_errors(409),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        body = s.StartRunSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        started = runtime.start(
+            data["workflow"],
+            data["args"],
+            data["kwargs"],
+            id=_key(request, data.get("id")),
+            on_conflict=data["on_conflict"],
+            execution_timeout=data.get("execution_timeout"),
+            start_delay=data.get("start_delay"),
+            search_attributes=data["search_attributes"],
+        )
+        run = self._run(started.run_id)
+        shaped = self._shape(run)
+        if not started.created:
+            return Response(shaped, status=status.HTTP_200_OK)
+        return Response(shaped, status=status.HTTP_201_CREATED, headers={"Location": shaped["url"]})
+
+    def retrieve(self, request: Request, ref: str) -> Response:
+        return Response(self._shape(self._run(ref)))
+
+    @extend_schema(
+        summary="The run's recorded history",
+        parameters=[
+            REF,
+            OpenApiParameter(
+                "after_seq",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                required=False,
+                description="Only entries after this position (the next page).",
+            ),
+        ],
+        responses={200: s.HistoryPageSerializer, **_errors()},
+    )
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, ref: str) -> Response:
+        raw = request.query_params.get("after_seq", "-1")
+        try:
+            after = int(raw)
+        except ValueError:
+            raise exceptions.ValidationError(
+                {"after_seq": f"A position (an integer); got {raw!r}."}
+            ) from None
+        run = self._run(ref)
+        entries = [entry for entry in runtime.history(run) if entry["seq"] > after]
+        page, more = entries[:HISTORY_PAGE], len(entries) > HISTORY_PAGE
+        next_url = None
+        if more:
+            next_url = request.build_absolute_uri(f"{request.path}?after_seq={page[-1]['seq']}")
+        return Response({"results": s.HistoryEntrySerializer(page, many=True).data, "next": next_url})
+
+    @extend_schema(
+        summary="The run's result (long poll)",
+        parameters=[REF, WAIT],
+        responses={
+            200: OpenApiResponse(s.ResultSerializer, description="Completed: the result."),
+            202: OpenApiResponse(s.ResultSerializer, description="Not finished within wait: the status."),
+            **_errors(409),
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def result(self, request: Request, ref: str) -> Response:
+        wait = _wait(request.query_params.get("wait"))
+        run = self._run(ref)
+        # result_of polls with short autocommit reads: no transaction or lock is held.
+        try:
+            value = runtime.result_of(str(run.pk), timeout=wait)
+        except ResultTimeout as exc:
+            return Response({"status": getattr(exc, "status", "running")}, status=status.HTTP_202_ACCEPTED)
+        except WorkflowFailed:
+            raise
+        return Response({"status": "completed", "result": value})
+
+    # -- messages ----------------------------------------------------------------------
+
+    @extend_schema(
+        summary="Send a signal",
+        request=s.SignalRequestSerializer,
+        parameters=[REF, IDEMPOTENCY],
+        responses={202: s.SignalAcceptedSerializer, **_errors(409)},
+    )
+    @action(detail=True, methods=["post"])
+    def signal(self, request: Request, ref: str) -> Response:
+        body = s.SignalRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = self._run(ref)
+        accepted = runtime.signal(
+            str(run.pk),
+            body.validated_data["name"],
+            body.validated_data["payload"],
+            signal_id=_key(request, body.validated_data.get("signal_id")),
+        )
+        return Response(s.SignalAcceptedSerializer(accepted).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        summary="Send an update and wait for its outcome",
+        request=s.UpdateRequestSerializer,
+        parameters=[REF, IDEMPOTENCY],
+        responses={
+            200: OpenApiResponse(s.UpdateOutcomeSerializer, description="Applied: the handler's result."),
+            202: OpenApiResponse(s.UpdateOutcomeSerializer, description="Accepted, no outcome within wait."),
+            422: OpenApiResponse(s.ErrorSerializer, description="The handler raised (update_failed)."),
+            **_errors(409),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="update")
+    def send_update(self, request: Request, ref: str) -> Response:
+        body = s.UpdateRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        run = self._run(ref)
+        update_id = _key(request, data.get("update_id")) or uuid.uuid4().hex
+        wait = _wait(data.get("wait", 10.0))
+        return self._update_outcome(
+            update_id,
+            lambda: runtime.update(
+                str(run.pk), data["name"], data["payload"], update_id=update_id, wait=wait
+            ),
+        )
+
+    @extend_schema(
+        summary="An update's outcome (long poll)",
+        parameters=[REF, WAIT],
+        responses={
+            200: s.UpdateOutcomeSerializer,
+            202: s.UpdateOutcomeSerializer,
+            422: OpenApiResponse(s.ErrorSerializer, description="The handler raised (update_failed)."),
+            **_errors(409),
+        },
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"updates/(?P<update_id>[^/]+)",
+        url_name="update-outcome",
+    )
+    def update_outcome(self, request: Request, ref: str, update_id: str) -> Response:
+        wait = _wait(request.query_params.get("wait"))
+        run = self._run(ref)
+        return self._update_outcome(
+            update_id, lambda: runtime.update_result(str(run.pk), update_id, wait=wait)
+        )
+
+    @staticmethod
+    def _update_outcome(update_id: str, call: Callable[[], Any]) -> Response:
+        try:
+            result = call()
+        except UpdateTimeout:
+            return Response({"update_id": update_id, "status": "accepted"}, status=status.HTTP_202_ACCEPTED)
+        except UpdateFailed:
+            raise
+        return Response({"update_id": update_id, "status": "completed", "result": result})
+
+    @extend_schema(
+        summary="Run a query handler",
+        request=s.QueryRequestSerializer,
+        parameters=[REF],
+        responses={200: s.QueryResultSerializer, 422: ERRORS, **_errors()},
+    )
+    @action(detail=True, methods=["post"])
+    def query(self, request: Request, ref: str) -> Response:
+        body = s.QueryRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = self._run(ref)
+        result = runtime.query(str(run.pk), body.validated_data["name"], body.validated_data["args"])
+        return Response({"result": result})
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @extend_schema(
+        summary="Cancel the run",
+        request=s.CancelRequestSerializer,
+        parameters=[REF],
+        responses={200: s.TransitionSerializer, **_errors(409)},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, ref: str) -> Response:
+        body = s.CancelRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        reason = body.validated_data.get("reason") or None
+        return self._transition(ref, lambda run_id: runtime.cancel(run_id, reason))
+
+    @extend_schema(
+        summary="Suspend the run",
+        request=None,
+        parameters=[REF],
+        responses={200: s.TransitionSerializer, **_errors(409)},
+    )
+    @action(detail=True, methods=["post"])
+    def suspend(self, request: Request, ref: str) -> Response:
+        return self._transition(ref, runtime.suspend)
+
+    @extend_schema(
+        summary="Resume a suspended run",
+        request=None,
+        parameters=[REF],
+        responses={200: s.TransitionSerializer, **_errors(409)},
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, ref: str) -> Response:
+        return self._transition(ref, runtime.resume)
+
+    @extend_schema(
+        summary="Retry a failed run from its failed step",
+        request=None,
+        parameters=[REF],
+        responses={200: s.TransitionSerializer, **_errors(409)},
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, ref: str) -> Response:
+        return self._transition(ref, runtime.retry)
+
+
+class WorkflowListView(WeftAPIView):
+    """The registered workflows, their parameters and how many runs each has per status."""
+
+    weft_action = "workflows"
+
+    @extend_schema(
+        summary="Registered workflows", responses={200: s.WorkflowSerializer(many=True), **_errors()}
+    )
+    def get(self, request: Request) -> Response:
+        counts: dict[str, dict[str, int]] = {}
+        rows = visible_runs(request).order_by().values("workflow_name", "status").annotate(n=Count("pk"))
+        for row in rows:
+            counts.setdefault(row["workflow_name"], {})[row["status"]] = row["n"]
+        workflows = []
+        for name, definition in sorted(registry.workflows.items()):
+            doc = inspect.getdoc(definition.fn) or ""
+            workflows.append(
+                {
+                    "name": name,
+                    "description": doc.strip().splitlines()[0] if doc.strip() else "",
+                    "parameters": _parameters(definition.fn),
+                    "has_finalizer": definition.finalizer is not None,
+                    "counts": {status: counts.get(name, {}).get(status, 0) for status in s.STATUS_CHOICES},
+                }
+            )
+        return Response(s.WorkflowSerializer(workflows, many=True).data)
+
+
+def _parameters(fn: Callable[..., Any]) -> list[dict[str, Any]]:
+    """The workflow function's parameters after ``ctx``."""
+    parameters = list(inspect.signature(fn).parameters.values())[1:]
+    described = []
+    for parameter in parameters:
+        entry: dict[str, Any] = {
+            "name": parameter.name,
+            "kind": parameter.kind.name.lower(),
+            "required": parameter.default is inspect.Parameter.empty
+            and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD),
+            "annotation": _annotation(parameter.annotation),
+        }
+        if parameter.default is not inspect.Parameter.empty:
+            entry["default"] = _json_or_repr(parameter.default)
+        described.append(entry)
+    return described
+
+
+def _annotation(annotation: Any) -> str | None:
+    if annotation is inspect.Parameter.empty:
+        return None
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__name__", None) or repr(annotation)
+
+
+def _json_or_repr(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
