@@ -120,3 +120,5 @@ LOGGING = {
     },
 }
 STATIC_URL = "static/"
+# Tests authenticate every API request with a password: a fast hasher keeps that cheap.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
+from django import forms
+from django_filters.fields import IsoDateTimeField
 from rest_framework import exceptions
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
@@ -19,6 +22,25 @@ SEARCH_PREFIX = "search."
 _ATTRIBUTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,99}$")
 
 
+class UTCIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 date-time, converted to UTC: an offset the database cannot take (such
+    as ``-20:57``, which Python accepts and PostgreSQL does not) or a time out of range
+    is refused as invalid input."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise forms.ValidationError("This date-time is out of range.") from None
+
+
+class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UTCIsoDateTimeField
+
+
 class RunFilter(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(
         choices=[(status.value, status.value) for status in RunStatus],
@@ -27,10 +49,10 @@ class RunFilter(django_filters.FilterSet):
     workflow = django_filters.CharFilter(field_name="workflow_name", help_text="Registered workflow name.")
     workflow_id = django_filters.CharFilter(help_text="Business key: every run with this workflow id.")
     parent = django_filters.UUIDFilter(field_name="parent_id", help_text="Children of this run id.")
-    created_after = django_filters.IsoDateTimeFilter(
+    created_after = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="Created at or after (ISO 8601)."
     )
-    created_before = django_filters.IsoDateTimeFilter(
+    created_before = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
     )
 

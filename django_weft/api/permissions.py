@@ -23,6 +23,7 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "update_outcome": "view_workflowrun",
     "query": "view_workflowrun",
     "workflows": "view_workflowrun",
+    "metadata": "view_workflowrun",
     "create": "add_workflowrun",
     "signal": "signal_workflowrun",
     "send_update": "update_workflowrun",

@@ -139,7 +139,9 @@ class UpdateRequestSerializer(serializers.Serializer):
 
 class UpdateOutcomeSerializer(serializers.Serializer):
     update_id = serializers.CharField()
-    status = serializers.ChoiceField(choices=["completed", "accepted"])
+    status = serializers.CharField(
+        help_text='"completed" (the handler returned: result is set) or "accepted" (stored, not yet applied).'
+    )
     result = serializers.JSONField(required=False, help_text="The handler's result, once completed.")
 
 

@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
@@ -37,6 +37,7 @@ from .filters import RunFilter, SearchAttributeFilter
 from .pagination import RunCursorPagination
 from .parsers import BoundedJSONParser, body_limit, too_large
 from .permissions import permission_classes
+from .schema import document
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 HISTORY_PAGE = 500
@@ -70,6 +71,9 @@ class WeftAPIView(APIView):
         length = request.META.get("CONTENT_LENGTH")
         if length and str(length).isdigit() and int(length) > body_limit():
             raise too_large(int(length))
+        # A method the route does not have is a 405 for everyone, before permissions.
+        if getattr(self, request.method.lower(), None) is None:
+            raise exceptions.MethodNotAllowed(request.method)
         super().initial(request, *args, **kwargs)
 
 
@@ -131,24 +135,6 @@ IDEMPOTENCY = OpenApiParameter(
 )
 
 
-@extend_schema_view(
-    list=extend_schema(
-        summary="List runs",
-        parameters=[
-            OpenApiParameter(
-                "search.<attr>",
-                OpenApiTypes.STR,
-                OpenApiParameter.QUERY,
-                required=False,
-                description="Runs whose search attribute <attr> has this value (e.g. search.customer=7).",
-            )
-        ],
-        responses={200: s.RunPageSerializer, **_errors()},
-    ),
-    retrieve=extend_schema(
-        summary="Get a run", parameters=[REF], responses={200: s.RunSerializer, **_errors()}
-    ),
-)
 class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     """Workflow runs: list, start, inspect, message and operate them."""
 
@@ -184,12 +170,25 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
 
     # -- runs --------------------------------------------------------------------------
 
+    @document(
+        summary="List runs",
+        parameters=[
+            OpenApiParameter(
+                "search.<attr>",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                required=False,
+                description="Runs whose search attribute <attr> has this value (e.g. search.customer=7).",
+            )
+        ],
+        responses={200: s.RunSerializer(many=True), **_errors()},
+    )
     def list(self, request: Request) -> Response:
         runs = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(runs)
         return self.get_paginated_response([self._shape(run) for run in page or []])
 
-    @extend_schema(
+    @document(
         summary="Start a run",
         request=s.StartRunSerializer,
         parameters=[IDEMPOTENCY],
@@ -219,10 +218,11 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
             return Response(shaped, status=status.HTTP_200_OK)
         return Response(shaped, status=status.HTTP_201_CREATED, headers={"Location": shaped["url"]})
 
+    @document(summary="Get a run", parameters=[REF], responses={200: s.RunSerializer, **_errors()})
     def retrieve(self, request: Request, ref: str) -> Response:
         return Response(self._shape(self._run(ref)))
 
-    @extend_schema(
+    @document(
         summary="The run's recorded history",
         parameters=[
             REF,
@@ -253,7 +253,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
             next_url = request.build_absolute_uri(f"{request.path}?after_seq={page[-1]['seq']}")
         return Response({"results": s.HistoryEntrySerializer(page, many=True).data, "next": next_url})
 
-    @extend_schema(
+    @document(
         summary="The run's result (long poll)",
         parameters=[REF, WAIT],
         responses={
@@ -277,7 +277,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
 
     # -- messages ----------------------------------------------------------------------
 
-    @extend_schema(
+    @document(
         summary="Send a signal",
         request=s.SignalRequestSerializer,
         parameters=[REF, IDEMPOTENCY],
@@ -296,7 +296,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
         )
         return Response(s.SignalAcceptedSerializer(accepted).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(
+    @document(
         summary="Send an update and wait for its outcome",
         request=s.UpdateRequestSerializer,
         parameters=[REF, IDEMPOTENCY],
@@ -322,7 +322,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
             ),
         )
 
-    @extend_schema(
+    @document(
         summary="An update's outcome (long poll)",
         parameters=[REF, WAIT],
         responses={
@@ -355,7 +355,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
             raise
         return Response({"update_id": update_id, "status": "completed", "result": result})
 
-    @extend_schema(
+    @document(
         summary="Run a query handler",
         request=s.QueryRequestSerializer,
         parameters=[REF],
@@ -371,7 +371,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    @extend_schema(
+    @document(
         summary="Cancel the run",
         request=s.CancelRequestSerializer,
         parameters=[REF],
@@ -384,7 +384,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
         reason = body.validated_data.get("reason") or None
         return self._transition(ref, lambda run_id: runtime.cancel(run_id, reason))
 
-    @extend_schema(
+    @document(
         summary="Suspend the run",
         request=None,
         parameters=[REF],
@@ -394,7 +394,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     def suspend(self, request: Request, ref: str) -> Response:
         return self._transition(ref, runtime.suspend)
 
-    @extend_schema(
+    @document(
         summary="Resume a suspended run",
         request=None,
         parameters=[REF],
@@ -404,7 +404,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     def resume(self, request: Request, ref: str) -> Response:
         return self._transition(ref, runtime.resume)
 
-    @extend_schema(
+    @document(
         summary="Retry a failed run from its failed step",
         request=None,
         parameters=[REF],
@@ -420,9 +420,7 @@ class WorkflowListView(WeftAPIView):
 
     weft_action = "workflows"
 
-    @extend_schema(
-        summary="Registered workflows", responses={200: s.WorkflowSerializer(many=True), **_errors()}
-    )
+    @document(summary="Registered workflows", responses={200: s.WorkflowSerializer(many=True), **_errors()})
     def get(self, request: Request) -> Response:
         counts: dict[str, dict[str, int]] = {}
         rows = visible_runs(request).order_by().values("workflow_name", "status").annotate(n=Count("pk"))

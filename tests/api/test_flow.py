@@ -33,7 +33,9 @@ def test_start_signal_update_query_result(api: Api, driver: Any) -> None:
     assert "Location" not in again.headers
 
     wait_for(lambda: _status(api, "cart-c1") == "waiting", 20, "the run to park")
-    signalled = api.post("runs/cart-c1/signal/", {"name": "add", "payload": {"sku": "A1"}, "signal_id": "s-1"})
+    signalled = api.post(
+        "runs/cart-c1/signal/", {"name": "add", "payload": {"sku": "A1"}, "signal_id": "s-1"}
+    )
     assert signalled.status_code == 202, signalled.text
     assert signalled.json()["duplicate"] is False and signalled.json()["signal_id"] == "s-1"
 
@@ -62,7 +64,9 @@ def test_start_signal_update_query_result(api: Api, driver: Any) -> None:
     history = api.get("runs/cart-c1/history/").json()
     kinds = [entry["kind"] for entry in history["results"]]
     assert "handler" in kinds and history["next"] is None
-    assert [entry["seq"] for entry in history["results"]] == sorted(entry["seq"] for entry in history["results"])
+    assert [entry["seq"] for entry in history["results"]] == sorted(
+        entry["seq"] for entry in history["results"]
+    )
     later = api.get(f"runs/cart-c1/history/?after_seq={history['results'][0]['seq']}").json()
     assert later["results"] == history["results"][1:]
 
@@ -130,7 +134,12 @@ def test_list_filters_and_cursor_pages(api: Api) -> None:
     assert ids("workflow_id=list-4") == ["list-4"]
     assert ids("search.customer=1") == ["list-1", "list-4"]
     assert ids("search.tier=gold&search.customer=0") == ["list-0"]
-    assert ids("status=running&status=completed&workflow=tests.sleepy") == ["list-0", "list-2", "list-4", "list-6"]
+    assert ids("status=running&status=completed&workflow=tests.sleepy") == [
+        "list-0",
+        "list-2",
+        "list-4",
+        "list-6",
+    ]
     assert ids("status=failed") == []
     first = WorkflowRun.objects.get(workflow_id="list-0").created_at
     assert ids(f"created_before={(first.isoformat()).replace('+00:00', 'Z')}") == []

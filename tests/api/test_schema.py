@@ -1,0 +1,93 @@
+"""The OpenAPI schema: complete, valid, and honoured by every route under generated input.
+
+schemathesis generates requests for every operation from the schema and calls the app
+(WSGI, in-process, on the test database): no response may be a 500, and every response
+must match the schema (status code, content type, body).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from io import StringIO
+from typing import Any
+
+import pytest
+import schemathesis
+from django.core.management import call_command
+from hypothesis import HealthCheck, given, settings
+from schemathesis import checks
+
+from django_weft import client
+
+from .conftest import PASSWORD, WEFT_PERMISSIONS, Api, make_user
+
+EXAMPLES = 50
+AUTH = {"Authorization": "Basic " + base64.b64encode(f"fuzz:{PASSWORD}".encode()).decode()}
+
+
+def test_spectacular_validates_the_schema_without_warnings() -> None:
+    out = StringIO()
+    call_command("spectacular", "--validate", "--fail-on-warn", "--urlconf", "tests.urls", stdout=out)
+    schema = out.getvalue()
+    for route in ("runs/", "runs/{ref}/history/", "runs/{ref}/updates/{update_id}/", "workflows/"):
+        assert f"/api/weft/{route}:" in schema
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_schema_and_its_pages_are_served_from_local_files(api: Api) -> None:
+    schema = api.get("schema/?format=json")
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert "/api/weft/runs/{ref}/signal/" in paths and not any("schema" in path for path in paths)
+    error = schema.json()["components"]["schemas"]["Error"]
+    assert error["properties"]["error"]["$ref"].endswith("/ErrorBody")
+    for page in ("schema/swagger/", "schema/redoc/"):
+        html = api.get(page, headers={"Accept": "text/html"})
+        assert html.status_code == 200, html.text[:300]
+        assert "http://" not in html.text.replace(api.base.split("/api/")[0], "")
+        assert "https://" not in html.text, f"{page} loads something from another host"
+        assert "/static/drf_spectacular_sidecar/" in html.text
+    assert api.as_user(None).get("schema/").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None:
+    make_user("fuzz", staff=True, permissions=WEFT_PERMISSIONS)
+    client.start("tests.m.cart", args=["fuzz"], id="fuzz-cart")
+    schema = schemathesis.openapi.from_url(f"{live_server.url}/api/weft/schema/?format=json", headers=AUTH)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 14  # every route and method of the REST table
+    calls = 0
+    for operation, mode in itertools.product(operations, schemathesis.GenerationMode):
+
+        @given(case=operation.as_strategy(mode))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def call(case: Any) -> None:
+            nonlocal calls
+            calls += 1
+            # Long polls would make each example wait: generated waits become 0 s.
+            if case.query and "wait" in case.query:
+                case.query["wait"] = 0
+            if isinstance(case.body, dict) and "wait" in case.body:
+                case.body["wait"] = 0
+            case.call_and_validate(
+                base_url=live_server.url,
+                headers=AUTH,
+                checks=[
+                    checks.not_a_server_error,
+                    checks.status_code_conformance,
+                    checks.content_type_conformance,
+                    checks.response_schema_conformance,
+                ],
+            )
+
+        call()
+    # Both valid and invalid input, for every operation (hypothesis may stop early when
+    # an operation has few distinct inputs).
+    assert calls >= len(operations) * 2 * 10, calls
