@@ -49,7 +49,7 @@ class Harness:
 
 @pytest.fixture
 def weft() -> Iterator[Harness]:
-    config = EngineConfig(default_retry=RetryPolicy(max_attempts=1), inline_retry_max_delay=0.0)
+    config = EngineConfig(default_retry=RetryPolicy(max_attempts=1), inline_retry_max_delay=0.05)
     workflows = Registry()
     engine, store, dispatcher = memory_engine(workflows, config)
     yield Harness(engine, store, dispatcher, workflows)
