@@ -1,7 +1,18 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
+
+from .engine.ports import set_starter
+
+
+def start_workflow(workflow_name: str, /, *, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The engine's ``Starter`` port: ``Workflow.start`` starts a run through the client."""
+    from . import client  # loaded on first use, as before the port existed
+
+    return client.start(workflow_name, args=args, kwargs=kwargs)
 
 
 class WeftConfig(AppConfig):
@@ -12,6 +23,8 @@ class WeftConfig(AppConfig):
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
         from .conf import weft_settings
+
+        set_starter(start_workflow)
 
         module = weft_settings.AUTODISCOVER_MODULE
         if module:

@@ -7,7 +7,10 @@ boundaries (Celery results, subprocess workers).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .records import ClaimedRun
 
 
 def _rebuild(cls: type[WeftError], message: str, attrs: dict[str, Any]) -> WeftError:
@@ -77,8 +80,27 @@ class NonDeterminismError(WeftError):
 
     run_id: str
     position: int
-    recorded: dict[str, str]
-    requested: dict[str, str]
+    recorded: dict[str, Any]
+    requested: dict[str, Any]
+
+
+def nondeterminism_error(
+    run: ClaimedRun,
+    *,
+    position: int,
+    finding: str,
+    remedy: str | None,
+    recorded: dict[str, Any],
+    requested: dict[str, Any],
+) -> NonDeterminismError:
+    """The one place a :class:`NonDeterminismError` is built: ``finding`` says what the
+    replay found at ``position``, ``remedy`` what to change before retrying the run."""
+    message = f"run {run.run_id} ({run.workflow_name}) is not deterministic: {finding}"
+    if remedy:
+        message = f"{message}. {remedy}; then retry the run"
+    return NonDeterminismError(
+        message, run_id=run.run_id, position=position, recorded=recorded, requested=requested
+    )
 
 
 class SignalTimeout(WeftError, TimeoutError):

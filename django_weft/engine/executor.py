@@ -14,15 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from . import codec, faults
-from .context import (
-    ContinueAsNew,
-    DeposedUnwind,
-    Park,
-    QueryFrontier,
-    WorkflowContext,
-    _Unwind,
-    describe_exception,
-)
+from .activities import describe_exception
+from .context import WorkflowContext
 from .errors import (
     ActivityFailed,
     ChildWorkflowFailed,
@@ -35,6 +28,7 @@ from .ports import Dispatcher, TurnStore
 from .records import ClaimedRun, FailureCategory, StepKind
 from .registry import Registry, registry
 from .retry import RetryPolicy
+from .unwind import ContinueAsNew, DeposedUnwind, Park, QueryFrontier, Unwind
 
 logger = logging.getLogger("django_weft.engine")
 
@@ -198,7 +192,7 @@ class Engine:
         ctx = WorkflowContext(self, claimed, self.config(), workflow, read_only=True)
         try:
             workflow(ctx, *claimed.args, **claimed.kwargs)
-        except _Unwind:
+        except Unwind:
             pass
         except Exception:
             pass
@@ -216,7 +210,7 @@ class Engine:
         propagated = False
         try:
             value = workflow(ctx, *claimed.args, **claimed.kwargs)
-        except _Unwind:
+        except Unwind:
             propagated = True
         except Exception as exc:
             error = exc

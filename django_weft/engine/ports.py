@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
+from .errors import WeftError
 from .records import ChildOutcome, ChildStart, ClaimedRun, PendingMessage, StepWrite, TimerWrite
 
 
@@ -136,3 +137,31 @@ class Dispatcher(Protocol):
     ) -> None:
         """Ask a worker consuming ``queue`` to run attempt ``attempt`` of the queued activity
         at ``seq``. Lost dispatches are found again through the activity's timer."""
+
+
+class Starter(Protocol):
+    """Starts a run of the registered workflow ``workflow_name`` and returns its handle:
+    what ``Workflow.start`` (the ``.delay``-like shorthand) calls. The Django app sets it
+    in ``ready()`` (see :func:`set_starter`), so the engine never imports the client."""
+
+    def __call__(self, workflow_name: str, /, *, args: list[Any], kwargs: dict[str, Any]) -> Any: ...
+
+
+_starter: Starter | None = None
+
+
+def set_starter(starter: Starter | None) -> None:
+    """Install the :class:`Starter` that ``Workflow.start`` uses (``None`` removes it)."""
+    global _starter
+    _starter = starter
+
+
+def get_starter() -> Starter:
+    """The installed :class:`Starter`; raises :class:`WeftError` if none is."""
+    if _starter is None:
+        raise WeftError(
+            "no workflow starter is installed, so Workflow.start() cannot start a run. Add "
+            '"django_weft" to INSTALLED_APPS and call it after django.setup() (the app installs '
+            "the starter in ready()), or install one with django_weft.engine.ports.set_starter()"
+        )
+    return _starter

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .durations import Duration, parse_duration
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotRegistered
+from .ports import get_starter
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -70,10 +71,10 @@ class Workflow(Generic[P, R]):
         """Start a run with these arguments (like Celery's ``delay``); returns its handle.
 
         Use :func:`django_weft.client.start` for options such as ``id`` or ``start_delay``.
+        Raises :class:`WeftError` when no starter is installed (the app's ``ready()``
+        installs one; see :func:`django_weft.engine.ports.set_starter`).
         """
-        from django_weft import client  # the engine stays free of Django at import time
-
-        return client.start(self.name, args=list(args), kwargs=dict(kwargs))
+        return get_starter()(self.name, args=list(args), kwargs=dict(kwargs))
 
     def __repr__(self) -> str:
         return f"<Workflow {self.name}>"
