@@ -9,6 +9,7 @@ execution saw.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .errors import PayloadError
@@ -31,6 +32,10 @@ except ImportError:
     _ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
 
 
+# An escaped NUL in JSON text: "\u0000" after an even number of backslashes.
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def dumps(value: Any, *, what: str = "value", limit: int | None = None) -> str:
     """Encode ``value`` as JSON text, or raise :class:`PayloadError` saying what to fix."""
     try:
@@ -39,6 +44,19 @@ def dumps(value: Any, *, what: str = "value", limit: int | None = None) -> str:
         raise PayloadError(
             f"{what} must be JSON-serialisable (dicts, lists, strings, numbers, booleans, None): {exc}"
         ) from None
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"{what} contains a lone surrogate ({text[exc.start]!r}), which is not text any "
+                "database can store; send valid Unicode strings"
+            ) from None
+    if "\\u0000" in text and _NUL.search(text):
+        raise PayloadError(
+            f"{what} contains a NUL character (\\u0000) in a string, which PostgreSQL cannot store "
+            "in JSON; remove it or encode binary data (e.g. as base64)"
+        )
     # Characters are at most 4 bytes of UTF-8: encode only when it could matter.
     if limit is not None and len(text) * 4 > limit and (size := len(text.encode())) > limit:
         raise PayloadError(

@@ -104,6 +104,9 @@ class WorkflowRun(models.Model):
             ),
         ]
         indexes: ClassVar = [
+            # The REST list's order (newest first, id as the tie-break): its first page and
+            # every cursor page are index scans without a filter.
+            models.Index(fields=["-created_at", "id"], name="weft_run_created"),
             models.Index(fields=["workflow_id", "-created_at"], name="weft_run_wfid_created"),
             models.Index(fields=["status", "-created_at"], name="weft_run_status_created"),
             models.Index(fields=["workflow_name", "-created_at"], name="weft_run_name_created"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from typing import Any
@@ -149,3 +150,26 @@ def test_the_envelope_is_for_django_weft_views_only(api: Api, live_server: Any) 
     # The admin (a non-DRF view of the same project) keeps its own answers.
     response = requests.get(f"{live_server.url}/admin/", timeout=10, allow_redirects=False)
     assert response.status_code == 302
+
+
+@pytest.mark.parametrize("bad", ["nul\u0000inside", "lone \ud800 surrogate"], ids=["nul", "surrogate"])
+def test_strings_no_database_can_store_are_refused_with_nothing_written(api: Api, bad: str) -> None:
+    from django_weft import PayloadError
+
+    before = _snapshot()
+    # Python's json module writes both as \u escapes, as a client library would.
+    body = json.dumps({"workflow": "tests.echo", "args": [bad]}).encode()
+    response = requests.post(
+        api.url("runs/"), data=body, headers={"Content-Type": "application/json"}, auth=api.auth, timeout=10
+    )
+    assert "NUL" in _error(response, 400, "invalid")["message"] or "surrogate" in response.text
+    with pytest.raises(PayloadError):
+        client.start("tests.echo", args=[bad])
+    with pytest.raises(PayloadError):
+        client.start("tests.echo", kwargs={"note": {"deep": [bad]}})
+    with pytest.raises(PayloadError):
+        client.start("tests.echo", search_attributes={bad: 1})
+    run = client.start("tests.sleepy", kwargs={"seconds": 60})
+    with pytest.raises(PayloadError):
+        client.get_handle(run.run_id).signal("poke", {"text": bad})
+    assert _snapshot()[0] == before[0] + 1 and _snapshot()[1:] == before[1:]
