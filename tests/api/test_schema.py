@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import base64
 import itertools
+import re
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
+import yaml
 from django.core.management import call_command
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
 from django_weft import client
+from django_weft.api.exceptions import _DRF_CODES, _WEFT_ERRORS
 
 from .conftest import PASSWORD, WEFT_PERMISSIONS, Api, make_user
 
@@ -91,3 +95,20 @@ def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None
     # Both valid and invalid input, for every operation (hypothesis may stop early when
     # an operation has few distinct inputs).
     assert calls >= len(operations) * 2 * 10, calls
+
+
+def test_the_rest_reference_lists_every_route_and_error_code_of_the_schema() -> None:
+    out = StringIO()
+    call_command("spectacular", "--urlconf", "tests.urls", stdout=out)
+    schema = yaml.safe_load(out.getvalue())
+    in_schema = {
+        (method.upper(), path.removeprefix("/api/weft/"))
+        for path, operations in schema["paths"].items()
+        for method in operations
+    }
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "rest.md").read_text()
+    in_docs = set(re.findall(r"^\| (GET|POST) \| `([^`]+)` \|", page, re.MULTILINE))
+    assert in_docs == in_schema
+    codes = {code for _, _, code in _WEFT_ERRORS} | set(_DRF_CODES.values()) - {"not_acceptable"}
+    documented = set(re.findall(r"`([a-z_]+)`", page.split("## Errors", 1)[1].split("## Permissions")[0]))
+    assert codes <= documented, codes - documented
