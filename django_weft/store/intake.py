@@ -1,0 +1,95 @@
+"""Intake: what clients send in (new runs, signals, updates). Nothing here takes a lease:
+the run is left unowned and runnable for a worker to claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.errors import (
+    WorkflowNotFound,
+    WorkflowTerminalError,
+)
+from ..engine.records import (
+    TERMINAL_STATUSES,
+    RunStatus,
+)
+from ..models import Signal, Update
+from .sql import SqlStatements
+
+
+class IntakeMixin(SqlStatements):
+    def _lock_for_message(self, run_pk: Any) -> dict[str, Any]:
+        """Lock the run row for a message insert and check the run takes messages.
+
+        Taking the row lock serialises the insert with the run's park (which reads the
+        pending messages under the same lock): either the park sees the message and the
+        run stays runnable, or the insert sees the parked run and wakes it. It also
+        numbers a run's messages in commit order."""
+        run = (
+            self._runs()
+            .select_for_update()
+            .filter(pk=run_pk)
+            .values("status", "waiting_on", "workflow_id", "workflow_name")
+            .first()
+        )
+        if run is None:
+            raise WorkflowNotFound(f"run {run_pk} no longer exists", ref=str(run_pk))
+        return run
+
+    def _check_not_terminal(self, run_pk: Any, run: dict[str, Any], what: str) -> None:
+        if run["status"] in TERMINAL_STATUSES:
+            raise WorkflowTerminalError(
+                f"run {run_pk} ({run['workflow_name']} {run['workflow_id']}) is {run['status']}: a "
+                f"finished run takes no {what}; start a new run",
+                run_id=str(run_pk),
+                workflow_id=run["workflow_id"],
+                status=run["status"],
+            )
+
+    def _wake_for_message(
+        self, run_pk: Any, run: dict[str, Any], names_key: str, name: str, dispatched: bool
+    ) -> bool:
+        """Make a parked run runnable if ``name`` is among what it waits for or handles."""
+        waiting_on = run["waiting_on"] or {}
+        if run["status"] != RunStatus.WAITING or name not in (waiting_on.get(names_key) or []):
+            return False
+        now = self.db_now()
+        self._runs().filter(pk=run_pk).update(
+            status=RunStatus.RUNNING,
+            ready_at=now,
+            waiting_on=None,
+            dispatched_at=now if dispatched else None,
+            updated_at=now,
+        )
+        return True
+
+    def deliver_signal(
+        self, run_pk: Any, name: str, payload: Any, signal_id: str | None, *, dispatched: bool
+    ) -> tuple[Signal, bool, bool]:
+        """Store a signal for the run, in the caller's transaction; returns ``(signal,
+        duplicate, woken)``. A repeated ``signal_id`` returns the stored signal. Raises
+        ``WorkflowTerminalError`` for a finished run (storing nothing)."""
+        run = self._lock_for_message(run_pk)
+        signals = Signal.objects.using(self.alias)
+        if signal_id is not None:
+            # Repeats serialise on the run row lock, so this look-up sees a concurrent one.
+            existing = signals.filter(run_id=run_pk, name=name, signal_id=signal_id).first()
+            if existing is not None:
+                return existing, True, False
+        self._check_not_terminal(run_pk, run, "signals")
+        stored = signals.create(run_id=run_pk, name=name, payload=payload, signal_id=signal_id)
+        return stored, False, self._wake_for_message(run_pk, run, "signals", name, dispatched)
+
+    def accept_update(
+        self, run_pk: Any, update_id: str, name: str, payload: Any, *, dispatched: bool
+    ) -> tuple[Update, bool, bool]:
+        """Store an accepted update, in the caller's transaction; returns ``(update,
+        created, woken)``. An ``update_id`` stored meanwhile returns that update."""
+        run = self._lock_for_message(run_pk)
+        updates = Update.objects.using(self.alias)
+        existing = updates.filter(run_id=run_pk, update_id=update_id).first()
+        if existing is not None:
+            return existing, False, False
+        self._check_not_terminal(run_pk, run, "updates")
+        stored = updates.create(run_id=run_pk, update_id=update_id, name=name, payload=payload)
+        return stored, True, self._wake_for_message(run_pk, run, "updates", name, dispatched)
