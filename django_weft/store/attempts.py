@@ -12,6 +12,8 @@ from django.db import transaction
 from django.db.models import Case, F, JSONField, Q, Value, When
 
 from ..engine import codec
+from ..engine.error_types import ErrorType
+from ..engine.finalizers import FinalizerStatus
 from ..engine.records import (
     FINALIZER_SEQ,
     RunStatus,
@@ -129,7 +131,7 @@ class AttemptsMixin(WakingMixin):
                     seq=seq,
                     kind=TimerKind.FINALIZER,
                     run__finalizer__attempt=attempt,
-                    run__finalizer__status="running",
+                    run__finalizer__status=FinalizerStatus.RUNNING,
                 )
                 continue
             condition |= Q(
@@ -163,12 +165,12 @@ class AttemptsMixin(WakingMixin):
         if not condition:
             return
         never_started = {
-            "type": "django_weft.DispatchLost",
+            "type": ErrorType.DISPATCH_LOST,
             "message": "the attempt was not picked up from its queue in time; it is sent again",
             "started": False,
         }
         worker_lost = {
-            "type": "django_weft.WorkerLost",
+            "type": ErrorType.WORKER_LOST,
             "message": "the worker running this attempt stopped renewing its lease (crashed or killed)",
             "started": True,
             "retryable": True,

@@ -13,6 +13,7 @@ from django.db import connections, transaction
 from .. import signals
 from ..conf import weft_settings
 from ..engine import codec
+from ..engine.error_types import ErrorType
 from ..engine.errors import (
     Deposed,
 )
@@ -26,7 +27,7 @@ logger = logging.getLogger("django_weft.store")
 
 def _unanswered_error(status: str) -> dict[str, str]:
     return {
-        "type": "django_weft.RunFinished",
+        "type": ErrorType.RUN_FINISHED,
         "message": f"the run finished ({status}) before it applied this update",
     }
 

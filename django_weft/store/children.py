@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 
 from .. import signals
 from ..engine import codec
+from ..engine.error_types import ErrorType
 from ..engine.errors import (
     WorkflowAlreadyExists,
     WorkflowNotFound,
@@ -71,7 +72,7 @@ class ChildrenMixin(TransitionsMixin):
         if latest is None:
             if self._runs().filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq).exists():
                 return None  # only continued runs: the successor's row is not visible yet
-            return ChildOutcome("", "", RunStatus.FAILED, error={"type": "django_weft.ChildGone",
+            return ChildOutcome("", "", RunStatus.FAILED, error={"type": ErrorType.CHILD_GONE,
                                 "message": "the child run no longer exists (purged)"})  # fmt: skip
         if latest["status"] in ACTIVE_STATUSES:
             return None

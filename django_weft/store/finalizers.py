@@ -17,6 +17,13 @@ from django.db import transaction
 
 from ..conf import weft_settings
 from ..engine import codec
+from ..engine.error_types import ErrorType
+from ..engine.finalizers import (
+    STARTABLE_FINALIZER_STATUSES,
+    UNFINISHED_FINALIZER_STATUSES,
+    FinalizerStatus,
+    lost_attempt_ends,
+)
 from ..engine.records import (
     FINALIZER_SEQ,
     StepWrite,
@@ -43,7 +50,7 @@ class FinalizersMixin(SqlStatements):
         # A workflow this process does not know may have a finalizer: the worker that
         # takes the attempt looks it up (and drops the finalizer if there is none).
         name = definition.finalizer.name if definition is not None and definition.finalizer else None
-        finalizer = {"activity": name, "status": "pending", "attempt": 0}
+        finalizer = {"activity": name, "status": FinalizerStatus.PENDING, "attempt": 0}
         self._runs().filter(pk=run_pk).update(finalizer=finalizer)
         Timer.objects.using(self.alias).update_or_create(
             run_id=run_pk,
@@ -78,24 +85,23 @@ class FinalizersMixin(SqlStatements):
             )
             for pk, run_pk in rows:
                 finalizer = locked[run_pk] or {}
-                if finalizer.get("status") not in ("pending", "retrying", "running"):
+                if finalizer.get("status") not in UNFINISHED_FINALIZER_STATUSES:
                     timers.filter(pk=pk).delete()
                     continue
-                if finalizer["status"] == "running":
+                if finalizer["status"] == FinalizerStatus.RUNNING:
                     lost = {
-                        "type": "django_weft.WorkerLost",
+                        "type": ErrorType.WORKER_LOST,
                         "message": "the worker running the finalizer stopped before recording it",
                     }
                     act = registry.activities.get(str(finalizer.get("activity")))
                     policy = (act.retry if act else None) or weft_settings.DEFAULT_RETRY_POLICY
-                    if int(finalizer.get("attempt", 0)) >= policy.max_attempts:
-                        # Lost attempts count: one that kills its worker every time ends.
+                    if lost_attempt_ends(policy, int(finalizer.get("attempt", 0))):
                         self._runs().filter(pk=run_pk).update(
-                            finalizer={**finalizer, "status": "failed", "error": lost}
+                            finalizer={**finalizer, "status": FinalizerStatus.FAILED, "error": lost}
                         )
                         timers.filter(pk=pk).delete()
                         continue
-                    finalizer = {**finalizer, "status": "retrying", "error": lost}
+                    finalizer = {**finalizer, "status": FinalizerStatus.RETRYING, "error": lost}
                     self._runs().filter(pk=run_pk).update(finalizer=finalizer)
                 timers.filter(pk=pk).update(fire_at=now + timedelta(seconds=resend_after))
                 due.append((str(run_pk), int(finalizer.get("attempt", 0)) + 1))
@@ -111,7 +117,7 @@ class FinalizersMixin(SqlStatements):
             )
             finalizer = (run or {}).get("finalizer") or {}
             if (
-                finalizer.get("status") not in ("pending", "retrying")
+                finalizer.get("status") not in STARTABLE_FINALIZER_STATUSES
                 or finalizer.get("attempt", 0) != attempt - 1
             ):
                 return None
@@ -119,7 +125,7 @@ class FinalizersMixin(SqlStatements):
             self._runs().filter(pk=key).update(
                 finalizer={
                     **finalizer,
-                    "status": "running",
+                    "status": FinalizerStatus.RUNNING,
                     "attempt": attempt,
                     "started_at": now.isoformat(),
                 }
@@ -152,7 +158,7 @@ class FinalizersMixin(SqlStatements):
                 self._runs().select_for_update().filter(pk=key).values_list("finalizer", flat=True).first()
                 or {}
             )
-            if finalizer.get("status") != "running" or finalizer.get("attempt") != attempt:
+            if finalizer.get("status") != FinalizerStatus.RUNNING or finalizer.get("attempt") != attempt:
                 return False
             now = self.db_now()
             timers = Timer.objects.using(self.alias).filter(
@@ -164,13 +170,13 @@ class FinalizersMixin(SqlStatements):
                 outcome = None  # the workflow has no finalizer after all
                 timers.delete()
             elif error is None:
-                outcome.update(status="completed", result=result, error=None)
+                outcome.update(status=FinalizerStatus.COMPLETED, result=result, error=None)
                 timers.delete()
             elif retry_in is not None:
-                outcome.update(status="retrying", error=error)
+                outcome.update(status=FinalizerStatus.RETRYING, error=error)
                 timers.update(fire_at=now + timedelta(seconds=retry_in), fired_at=None)
             else:
-                outcome.update(status="failed", error=error)
+                outcome.update(status=FinalizerStatus.FAILED, error=error)
                 timers.delete()
             self._runs().filter(pk=key).update(finalizer=outcome)
         return True

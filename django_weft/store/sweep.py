@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, F, Q, Value
 
+from ..engine.finalizers import UNFINISHED_FINALIZER_STATUSES
 from ..engine.records import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -199,7 +200,7 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
                 self._runs()
                 .terminal()
                 .filter(updated_at__lt=cutoff)
-                .exclude(finalizer__status__in=["pending", "running", "retrying"])
+                .exclude(finalizer__status__in=sorted(UNFINISHED_FINALIZER_STATUSES))
                 .exclude(children__status__in=list(ACTIVE_STATUSES))
                 .select_for_update(skip_locked=True, of=("self",))
                 .values_list("pk", flat=True)[:batch]

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from .. import signals
+from ..engine.error_types import UPDATE_ERROR_ON_CLOSE, ErrorType
 from ..engine.errors import (
     InvalidTransition,
     WorkflowNotFound,
@@ -91,7 +92,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         Timer.objects.using(self.alias).filter(run_id=run_pk).unfired().delete()
         Update.objects.using(self.alias).filter(run_id=run_pk, status=UpdateStatus.ACCEPTED).update(
             status=UpdateStatus.FAILED,
-            error={"type": f"django_weft.Run{status.title().replace('_', '')}", "message": error["message"]},
+            error={"type": UPDATE_ERROR_ON_CLOSE[status], "message": error["message"]},
             updated_at=now,
         )
         run["finalizer"] = self._schedule_finalizer(run_pk, run["workflow_name"], now)
@@ -107,13 +108,13 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         if run["status"] not in ACTIVE_STATUSES:
             raise self._refuse(run_pk, run, "cancelled", "an active")
         message = f"cancelled: {reason}" if reason else "cancelled"
-        error = {"type": "django_weft.Cancelled", "message": message, "reason": reason}
+        error = {"type": ErrorType.CANCELLED, "message": message, "reason": reason}
         self._close(run_pk, run, RunStatus.CANCELLED, error, FailureCategory.CANCELLATION)
         return {**run, "status": RunStatus.CANCELLED}
 
     def _time_out_locked(self, run_pk: Any, run: dict[str, Any], deadline: datetime) -> None:
         error = {
-            "type": "django_weft.ExecutionTimeout",
+            "type": ErrorType.EXECUTION_TIMEOUT,
             "message": f"the run passed its execution deadline ({deadline.isoformat()})",
         }
         # The sweep holds a batch of run rows, ancestors among them possibly: the parent

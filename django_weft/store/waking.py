@@ -8,11 +8,9 @@ from typing import Any
 
 from ..engine.records import (
     ACTIVE_STATUSES,
-    PENDING_STEP_STATUSES,
     RunStatus,
-    StepKind,
-    StepStatus,
 )
+from ..engine.waits import ParkedWait, children_to_check
 from ..models import Signal, Step, Update
 from ..models.messages import UpdateStatus
 from .sql import SqlStatements
@@ -20,56 +18,38 @@ from .sql import SqlStatements
 
 class WakingMixin(SqlStatements):
     def _wait_satisfied(self, run_id: str, waiting_on: dict[str, Any] | None) -> bool:
-        """Whether a parked run needs a turn now because of its queued activities: for a
-        wait on ``any`` of them, one finished; for ``all``, none is pending, or an attempt
-        failed or was lost (the workflow decides on the retry). An attempt that failed or
-        was lost among the activities started but not waited for (``background``) counts
-        too, whatever the run waits for."""
+        """Whether a parked run needs a turn now: a message it waits for or handles is
+        pending, or (decided by :meth:`ParkedWait.satisfied_by`) its queued activities or
+        children are done with. Reads only what the decision needs."""
         if not waiting_on:
             return False
-        if self._messages_waiting(run_id, waiting_on):
+        wait = ParkedWait.of(waiting_on)
+        if self._messages_waiting(run_id, wait):
             return True
-        waiting_for_activities = waiting_on.get("kind") == "activities"
-        seqs = list(waiting_on.get("seqs") or []) if waiting_for_activities else []
-        background = list(waiting_on.get("background") or [])
-        if not seqs and not background:
+        if not wait.step_seqs:
             return False
         key = uuid.UUID(str(run_id))
         rows = list(
             Step.objects.using(self.alias)
-            .filter(run_id=key, seq__in=seqs + background)
+            .filter(run_id=key, seq__in=wait.step_seqs)
             .values_list("seq", "status", "kind")
         )
-        status_of = {seq: status for seq, status, _ in rows}
-        children = [
-            seq for seq, status, kind in rows if kind == StepKind.CHILD and status == StepStatus.WAITING
-        ]
+        children = children_to_check(rows)
+        live: set[int] = set()
         if children:
-            # A child step stays "waiting" until the parent records the outcome; what
-            # counts is whether the child run (or its continued-as-new successor) is live.
             live = set(
                 self._runs()
                 .filter(parent_id=key, parent_seq__in=children, status__in=list(ACTIVE_STATUSES))
                 .values_list("parent_seq", flat=True)
             )
-            for seq in children:
-                status_of[seq] = StepStatus.SCHEDULED if seq in live else StepStatus.COMPLETED
-        needs_decision = (StepStatus.ATTEMPT_FAILED, StepStatus.LOST)
-        if any(status_of.get(seq) in needs_decision for seq in background):
-            return True
-        if not waiting_for_activities:
-            return False
-        pending = [status_of.get(seq) in PENDING_STEP_STATUSES for seq in seqs]
-        if waiting_on.get("mode") == "any":
-            return not all(pending)
-        return not any(pending) or any(status_of.get(seq) in needs_decision for seq in seqs)
+        return wait.satisfied_by(rows, live)
 
-    def _messages_waiting(self, run_id: str, waiting_on: dict[str, Any]) -> bool:
-        """Whether a signal or an update that wakes the run (``waiting_on["signals"]``,
-        ``["updates"]``: the names it waits for or handles) is pending."""
+    def _messages_waiting(self, run_id: str, wait: ParkedWait) -> bool:
+        """Whether a signal or an update that wakes the run (``wait.signals``,
+        ``wait.updates``: the names it waits for or handles) is pending."""
         key = uuid.UUID(str(run_id))
-        signals: list[str] = waiting_on.get("signals") or []
-        updates: list[str] = waiting_on.get("updates") or []
+        signals = list(wait.signals)
+        updates = list(wait.updates)
         if signals and (
             Signal.objects.using(self.alias)
             .filter(run_id=key, name__in=signals, consumed_seq__isnull=True)
