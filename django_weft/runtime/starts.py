@@ -1,0 +1,325 @@
+"""Starting runs: validated start options, ``start`` and ``signal_with_start``."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
+
+from .. import signals
+from ..conf import weft_settings
+from ..engine import codec
+from ..engine.durations import Duration, parse_duration
+from ..engine.errors import (
+    InvalidInput,
+    WorkflowAlreadyExists,
+    WorkflowTerminalError,
+)
+from ..engine.records import (
+    RUN_LEVEL_SEQ,
+    TERMINAL_STATUSES,
+    RunStatus,
+    TimerKind,
+)
+from ..engine.registry import registry
+from ..models import Timer, WorkflowRun
+from ..models.runs import WORKFLOW_ID_MAX_LENGTH
+from ..store import DjangoStore
+from .dispatch import delivers, get_dispatcher
+from .messages import SignalAccepted, _accepted, _encode_payload, _message_key, _message_name
+from .process import _dispatch_on_commit, get_store
+
+logger = logging.getLogger("django_weft.runtime")
+
+ON_CONFLICT_CHOICES = ("use_existing", "fail", "start_new_if_terminal")
+
+
+@dataclass(frozen=True)
+class StartResult:
+    run_id: str
+    workflow_id: str
+    created: bool
+
+
+def _validate_workflow_id(workflow_id: Any) -> str:
+    if not isinstance(workflow_id, str):
+        raise InvalidInput(f"id must be a string; got {type(workflow_id).__name__}")
+    if not workflow_id.strip():
+        raise InvalidInput("id must not be empty or blank; omit it to get a generated id")
+    if len(workflow_id) > WORKFLOW_ID_MAX_LENGTH:
+        raise InvalidInput(f"id is {len(workflow_id)} characters long; the limit is {WORKFLOW_ID_MAX_LENGTH}")
+    if any(ord(ch) < 32 for ch in workflow_id):
+        raise InvalidInput("id must not contain control characters")
+    return workflow_id
+
+
+@dataclass(frozen=True)
+class _StartSpec:
+    """A start request, validated and encoded: nothing is written until it is whole."""
+
+    definition: Any
+    fields: dict[str, Any]
+    workflow_id: str | None
+    on_conflict: str
+    timeout: float | None
+    delay: float | None
+
+
+def _prepare_start(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None,
+    kwargs: dict[str, Any] | None,
+    *,
+    id: str | None,
+    on_conflict: str,
+    execution_timeout: Duration | None,
+    start_delay: Duration | None,
+    search_attributes: dict[str, Any] | None,
+) -> _StartSpec:
+    definition = registry.get_workflow(workflow)
+    if args is None:
+        args = []
+    if not isinstance(args, list | tuple):
+        raise InvalidInput(f"args must be a list; got {type(args).__name__}")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs):
+        raise InvalidInput("kwargs must be a dict with string keys")
+    limit = weft_settings.MAX_PAYLOAD_BYTES
+    args_value = codec.loads(codec.dumps(list(args), what="args", limit=limit))
+    kwargs_value = codec.loads(codec.dumps(kwargs, what="kwargs", limit=limit))
+    if search_attributes is None:
+        search_attributes = {}
+    if not isinstance(search_attributes, dict):
+        raise InvalidInput("search_attributes must be a dict")
+    attributes = codec.loads(codec.dumps(search_attributes, what="search_attributes", limit=limit))
+    if on_conflict not in ON_CONFLICT_CHOICES:
+        raise InvalidInput(
+            f"on_conflict must be one of {', '.join(ON_CONFLICT_CHOICES)}; got {on_conflict!r}"
+        )
+    timeout = (
+        parse_duration(execution_timeout, what="execution_timeout") if execution_timeout is not None else None
+    )
+    delay = parse_duration(start_delay, what="start_delay") if start_delay is not None else None
+    return _StartSpec(
+        definition=definition,
+        fields={
+            "workflow_name": definition.name,
+            "workflow_version": definition.version,
+            "args": args_value,
+            "kwargs": kwargs_value,
+            "search_attributes": attributes,
+        },
+        workflow_id=_validate_workflow_id(id) if id is not None else None,
+        on_conflict=on_conflict,
+        timeout=timeout,
+        delay=delay,
+    )
+
+
+def start(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str | None = None,
+    on_conflict: str = "use_existing",
+    execution_timeout: Duration | None = None,
+    start_delay: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> StartResult:
+    """Create a run of ``workflow``, unowned and runnable (or ``pending`` with a delay).
+
+    Everything is validated before anything is written. Idempotent by ``id``:
+    ``use_existing`` (default) returns the latest run with that id if there is one,
+    ``fail`` raises :class:`WorkflowAlreadyExists`, ``start_new_if_terminal`` returns a
+    live run with that id or starts a new one when the latest has finished.
+    """
+    spec = _prepare_start(
+        workflow,
+        args,
+        kwargs,
+        id=id,
+        on_conflict=on_conflict,
+        execution_timeout=execution_timeout,
+        start_delay=start_delay,
+        search_attributes=search_attributes,
+    )
+    store = get_store()
+    run_id = uuid.uuid4()
+    if spec.workflow_id is None and spec.delay is None and spec.timeout is None:
+        # Nothing to look up, nothing to compute from the database clock: one INSERT in
+        # autocommit (the run's new id cannot conflict), then the doorbell.
+        dispatched = delivers(get_dispatcher())
+        WorkflowRun.objects.using(store.alias).create(
+            id=run_id,
+            workflow_id=str(run_id),
+            status=RunStatus.RUNNING,
+            ready_at=Now(),
+            dispatched_at=Now() if dispatched else None,
+            **spec.fields,
+        )
+        _dispatch_on_commit(str(run_id))
+        store._announce(signals.run_started, run_id, str(run_id), spec.definition.name)
+        logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
+        return StartResult(str(run_id), str(run_id), created=True)
+    for attempt in range(3):
+        try:
+            with transaction.atomic(using=store.alias):
+                if spec.workflow_id is not None:
+                    existing = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
+                    if existing is not None:
+                        return StartResult(str(existing.pk), existing.workflow_id, created=False)
+                run = _create_run(store, spec, run_id)
+            logger.info("run %s (%s %s): started", run.pk, run.workflow_name, run.workflow_id)
+            return StartResult(str(run.pk), run.workflow_id, created=True)
+        except IntegrityError:
+            # A concurrent start with the same id won the one-active-run constraint
+            # (only reachable where the advisory lock is unavailable); look again.
+            if spec.workflow_id is None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> WorkflowRun:
+    """Insert the run (and its delayed-start timer); ring its doorbell on commit. Runs
+    inside the caller's transaction."""
+    now = store.db_now()
+    delay, timeout = spec.delay, spec.timeout
+    # A run whose doorbell is rung on commit counts as dispatched, so the sweep does not
+    # send a second message before a worker had the chance to claim it.
+    dispatched_at = now if delivers(get_dispatcher()) and not delay else None
+    run = WorkflowRun.objects.using(store.alias).create(
+        id=run_id,
+        workflow_id=spec.workflow_id or str(run_id),
+        status=RunStatus.PENDING if delay else RunStatus.RUNNING,
+        ready_at=None if delay else now,
+        dispatched_at=dispatched_at,
+        execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
+        **spec.fields,
+    )
+    if run.execution_deadline is not None:
+        # The deadline is a timer: the sweep times the run out when it fires.
+        Timer.objects.using(store.alias).create(
+            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=run.execution_deadline
+        )
+    if delay:
+        fire_at = now + timedelta(seconds=delay)
+        Timer.objects.using(store.alias).create(
+            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
+        )
+        _dispatch_on_commit(str(run.pk), eta=fire_at)
+    else:
+        _dispatch_on_commit(str(run.pk))
+    store._announce(signals.run_started, run.pk, run.workflow_id, run.workflow_name)
+    return run
+
+
+def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) -> WorkflowRun | None:
+    if store.is_postgres:
+        # Serialise starts of one business key, so "look, then create" cannot interleave.
+        with store.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
+    runs = WorkflowRun.objects.using(store.alias).for_workflow_id(workflow_id)
+    # The live run if there is one (at most one exists), else the newest finished one.
+    latest = runs.active().first() or runs.first()
+    if latest is None:
+        return None
+    if on_conflict == "fail":
+        raise WorkflowAlreadyExists(
+            f"a run with workflow id {workflow_id!r} already exists (run {latest.pk}, {latest.status}); "
+            "pass on_conflict='use_existing' to get it back or 'start_new_if_terminal'",
+            workflow_id=workflow_id,
+            run_id=str(latest.pk),
+        )
+    if on_conflict == "start_new_if_terminal" and latest.status in TERMINAL_STATUSES:
+        return None
+    return latest
+
+
+@dataclass(frozen=True)
+class SignalWithStartResult:
+    run_id: str
+    workflow_id: str
+    created: bool
+    """``True`` when a new run was started for the signal."""
+    signal: SignalAccepted
+
+
+def signal_with_start(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str,
+    signal: str,
+    payload: Any = None,
+    signal_id: str | None = None,
+    execution_timeout: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> SignalWithStartResult:
+    """Signal the live run with workflow id ``id``, or start one and signal it: in one
+    transaction either way, so the signal is never lost between the two and two callers
+    with the same ``id`` end up with one run. The arguments are those of :func:`start`
+    and :func:`signal`; they apply only when a run is started."""
+    if id is None:
+        raise InvalidInput("signal_with_start needs id=...: the workflow id that finds the run to signal")
+    spec = _prepare_start(
+        workflow,
+        args,
+        kwargs,
+        id=id,
+        on_conflict="start_new_if_terminal",
+        execution_timeout=execution_timeout,
+        start_delay=None,
+        search_attributes=search_attributes,
+    )
+    name = _message_name(signal, "signal")
+    key = _message_key(signal_id, "signal_id") if signal_id is not None else None
+    value = _encode_payload(payload, f"the payload of signal {name}")
+    store = get_store()
+    assert spec.workflow_id is not None
+    dispatched = delivers(get_dispatcher())
+    for attempt in range(3):
+        try:
+            with transaction.atomic(using=store.alias):
+                outcome = _signal_or_start(store, spec, name, value, key, dispatched)
+        except IntegrityError:
+            # A concurrent start won the one-active-run constraint (only reachable where
+            # the advisory lock is unavailable): look again.
+            if attempt == 2:
+                raise
+            continue
+        logger.info(
+            "run %s (%s): signal %s %s", outcome.run_id, outcome.workflow_id, name,
+            "with a new run" if outcome.created else "received",
+        )  # fmt: skip
+        return outcome
+    raise AssertionError("unreachable")
+
+
+def _signal_or_start(
+    store: DjangoStore, spec: _StartSpec, name: str, value: Any, key: str | None, dispatched: bool
+) -> SignalWithStartResult:
+    assert spec.workflow_id is not None
+    # The advisory lock of starts by id serialises concurrent signal_with_starts.
+    run = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
+    if run is not None:
+        try:
+            stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+        except WorkflowTerminalError:
+            # It finished between the look-up and deliver_signal's row lock; nothing was
+            # written, so a new run takes its place.
+            run = None
+    created = run is None
+    if run is None:
+        run = _create_run(store, spec, uuid.uuid4())
+        stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+    if woken:
+        _dispatch_on_commit(str(run.pk))
+    return SignalWithStartResult(str(run.pk), run.workflow_id, created, _accepted(stored, duplicate))
