@@ -101,16 +101,14 @@ def start(
     :func:`django_weft.runtime.start` for ``on_conflict``.
     """
     name = workflow if isinstance(workflow, str) else getattr(workflow, "name", workflow)
-    started = runtime.start(
-        name,
-        args,
-        kwargs,
+    options = runtime.StartOptions(
         id=id,
         on_conflict=on_conflict,
         execution_timeout=execution_timeout,
         start_delay=start_delay,
         search_attributes=search_attributes,
     )
+    started = runtime.start_with(name, args, kwargs, options)
     return WorkflowHandle(started.run_id, started.workflow_id)
 
 

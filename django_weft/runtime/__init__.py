@@ -19,9 +19,11 @@ from .reading import StatusReport, describe, get_run, history, result_of, status
 from .starts import (
     ON_CONFLICT_CHOICES,
     SignalWithStartResult,
+    StartOptions,
     StartResult,
     signal_with_start,
     start,
+    start_with,
 )
 from .sweep import TickReport, tick
 from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_finalizer, run_turn
@@ -31,6 +33,7 @@ __all__ = [
     "ActivityOutcome",
     "SignalAccepted",
     "SignalWithStartResult",
+    "StartOptions",
     "StartResult",
     "StatusReport",
     "TickReport",
@@ -55,6 +58,7 @@ __all__ = [
     "signal",
     "signal_with_start",
     "start",
+    "start_with",
     "status_report",
     "suspend",
     "tick",

@@ -5,13 +5,10 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models.functions import Now
 
-from .. import signals
 from ..conf import weft_settings
 from ..engine import codec
 from ..engine.durations import Duration, parse_duration
@@ -21,13 +18,10 @@ from ..engine.errors import (
     WorkflowTerminalError,
 )
 from ..engine.records import (
-    RUN_LEVEL_SEQ,
     TERMINAL_STATUSES,
-    RunStatus,
-    TimerKind,
 )
-from ..engine.registry import registry
-from ..models import Timer, WorkflowRun
+from ..engine.registry import Workflow, registry
+from ..models import WorkflowRun
 from ..models.runs import WORKFLOW_ID_MAX_LENGTH
 from ..store import DjangoStore
 from .dispatch import delivers, get_dispatcher
@@ -59,10 +53,29 @@ def _validate_workflow_id(workflow_id: Any) -> str:
 
 
 @dataclass(frozen=True)
+class StartOptions:
+    """How to start a run, as the caller gave it: the options :func:`start`,
+    :func:`signal_with_start` and the client's ``start`` share. Checked by the start
+    (``InvalidInput``), not here.
+
+    ``id`` is the workflow id (the business key; a generated one if omitted);
+    ``on_conflict`` what to do when a run with that id exists (``use_existing``,
+    ``fail``, ``start_new_if_terminal``); ``execution_timeout`` bounds the whole run
+    (its continue-as-new chain included); ``start_delay`` leaves it ``pending`` that
+    long; ``search_attributes`` are stored with it for filtering."""
+
+    id: str | None = None
+    on_conflict: str = "use_existing"
+    execution_timeout: Duration | None = None
+    start_delay: Duration | None = None
+    search_attributes: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class _StartSpec:
     """A start request, validated and encoded: nothing is written until it is whole."""
 
-    definition: Any
+    definition: Workflow[..., Any]
     fields: dict[str, Any]
     workflow_id: str | None
     on_conflict: str
@@ -74,12 +87,7 @@ def _prepare_start(
     workflow: str,
     args: list[Any] | tuple[Any, ...] | None,
     kwargs: dict[str, Any] | None,
-    *,
-    id: str | None,
-    on_conflict: str,
-    execution_timeout: Duration | None,
-    start_delay: Duration | None,
-    search_attributes: dict[str, Any] | None,
+    options: StartOptions,
 ) -> _StartSpec:
     definition = registry.get_workflow(workflow)
     if args is None:
@@ -93,15 +101,18 @@ def _prepare_start(
     limit = weft_settings.MAX_PAYLOAD_BYTES
     args_value = codec.loads(codec.dumps(list(args), what="args", limit=limit))
     kwargs_value = codec.loads(codec.dumps(kwargs, what="kwargs", limit=limit))
+    search_attributes = options.search_attributes
     if search_attributes is None:
         search_attributes = {}
     if not isinstance(search_attributes, dict):
         raise InvalidInput("search_attributes must be a dict")
     attributes = codec.loads(codec.dumps(search_attributes, what="search_attributes", limit=limit))
+    on_conflict = options.on_conflict
     if on_conflict not in ON_CONFLICT_CHOICES:
         raise InvalidInput(
             f"on_conflict must be one of {', '.join(ON_CONFLICT_CHOICES)}; got {on_conflict!r}"
         )
+    execution_timeout, start_delay = options.execution_timeout, options.start_delay
     timeout = (
         parse_duration(execution_timeout, what="execution_timeout") if execution_timeout is not None else None
     )
@@ -115,7 +126,7 @@ def _prepare_start(
             "kwargs": kwargs_value,
             "search_attributes": attributes,
         },
-        workflow_id=_validate_workflow_id(id) if id is not None else None,
+        workflow_id=_validate_workflow_id(options.id) if options.id is not None else None,
         on_conflict=on_conflict,
         timeout=timeout,
         delay=delay,
@@ -140,32 +151,32 @@ def start(
     ``fail`` raises :class:`WorkflowAlreadyExists`, ``start_new_if_terminal`` returns a
     live run with that id or starts a new one when the latest has finished.
     """
-    spec = _prepare_start(
-        workflow,
-        args,
-        kwargs,
+    options = StartOptions(
         id=id,
         on_conflict=on_conflict,
         execution_timeout=execution_timeout,
         start_delay=start_delay,
         search_attributes=search_attributes,
     )
+    return start_with(workflow, args, kwargs, options)
+
+
+def start_with(
+    workflow: str,
+    args: list[Any] | tuple[Any, ...] | None,
+    kwargs: dict[str, Any] | None,
+    options: StartOptions,
+) -> StartResult:
+    """:func:`start` with its options in one :class:`StartOptions`."""
+    spec = _prepare_start(workflow, args, kwargs, options)
     store = get_store()
     run_id = uuid.uuid4()
     if spec.workflow_id is None and spec.delay is None and spec.timeout is None:
         # Nothing to look up, nothing to compute from the database clock: one INSERT in
         # autocommit (the run's new id cannot conflict), then the doorbell.
-        dispatched = delivers(get_dispatcher())
-        WorkflowRun.objects.using(store.alias).create(
-            id=run_id,
-            workflow_id=str(run_id),
-            status=RunStatus.RUNNING,
-            ready_at=Now(),
-            dispatched_at=Now() if dispatched else None,
-            **spec.fields,
-        )
+        store.insert_runnable_run(run_id, spec.fields, dispatched=delivers(get_dispatcher()))
         _dispatch_on_commit(str(run_id))
-        store._announce(signals.run_started, run_id, str(run_id), spec.definition.name)
+        store.announce_run_started(run_id, str(run_id), spec.definition.name)
         logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
         return StartResult(str(run_id), str(run_id), created=True)
     for attempt in range(3):
@@ -187,47 +198,26 @@ def start(
 
 
 def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> WorkflowRun:
-    """Insert the run (and its delayed-start timer); ring its doorbell on commit. Runs
+    """Have the store insert the run (and its timers); ring its doorbell on commit. Runs
     inside the caller's transaction."""
-    now = store.db_now()
-    delay, timeout = spec.delay, spec.timeout
-    # A run whose doorbell is rung on commit counts as dispatched, so the sweep does not
-    # send a second message before a worker had the chance to claim it.
-    dispatched_at = now if delivers(get_dispatcher()) and not delay else None
-    run = WorkflowRun.objects.using(store.alias).create(
-        id=run_id,
-        workflow_id=spec.workflow_id or str(run_id),
-        status=RunStatus.PENDING if delay else RunStatus.RUNNING,
-        ready_at=None if delay else now,
-        dispatched_at=dispatched_at,
-        execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
-        **spec.fields,
+    run, starts_at = store.create_run(
+        run_id,
+        spec.workflow_id,
+        spec.fields,
+        timeout=spec.timeout,
+        delay=spec.delay,
+        dispatched=delivers(get_dispatcher()),
     )
-    if run.execution_deadline is not None:
-        # The deadline is a timer: the sweep times the run out when it fires.
-        Timer.objects.using(store.alias).create(
-            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=run.execution_deadline
-        )
-    if delay:
-        fire_at = now + timedelta(seconds=delay)
-        Timer.objects.using(store.alias).create(
-            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
-        )
-        _dispatch_on_commit(str(run.pk), eta=fire_at)
-    else:
-        _dispatch_on_commit(str(run.pk))
-    store._announce(signals.run_started, run.pk, run.workflow_id, run.workflow_name)
+    _dispatch_on_commit(str(run.pk), eta=starts_at)
+    store.announce_run_started(run.pk, run.workflow_id, run.workflow_name)
     return run
 
 
 def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) -> WorkflowRun | None:
-    if store.is_postgres:
-        # Serialise starts of one business key, so "look, then create" cannot interleave.
-        with store.connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
-    runs = WorkflowRun.objects.using(store.alias).for_workflow_id(workflow_id)
-    # The live run if there is one (at most one exists), else the newest finished one.
-    latest = runs.active().first() or runs.first()
+    """The run a start by ``workflow_id`` returns instead of creating one, or ``None`` to
+    create one (``on_conflict`` decides); raises ``WorkflowAlreadyExists`` for ``fail``.
+    Serialised with other starts by that id (the store's advisory lock)."""
+    latest = store.latest_run_locked(workflow_id)
     if latest is None:
         return None
     if on_conflict == "fail":
@@ -269,16 +259,13 @@ def signal_with_start(
     and :func:`signal`; they apply only when a run is started."""
     if id is None:
         raise InvalidInput("signal_with_start needs id=...: the workflow id that finds the run to signal")
-    spec = _prepare_start(
-        workflow,
-        args,
-        kwargs,
+    options = StartOptions(
         id=id,
         on_conflict="start_new_if_terminal",
         execution_timeout=execution_timeout,
-        start_delay=None,
         search_attributes=search_attributes,
     )
+    spec = _prepare_start(workflow, args, kwargs, options)
     name = _message_name(signal, "signal")
     key = _message_key(signal_id, "signal_id") if signal_id is not None else None
     value = _encode_payload(payload, f"the payload of signal {name}")

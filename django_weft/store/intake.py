@@ -3,21 +3,88 @@ the run is left unowned and runnable for a worker to claim."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models.functions import Now
+
+from .. import signals
 from ..engine.errors import (
     WorkflowNotFound,
     WorkflowTerminalError,
 )
-from ..engine.records import (
-    TERMINAL_STATUSES,
-    RunStatus,
-)
-from ..models import Signal, Update
+from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
+from ..models import Signal, Timer, Update, WorkflowRun
 from .sql import SqlStatements
 
 
 class IntakeMixin(SqlStatements):
+    def insert_runnable_run(self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool) -> None:
+        """Insert a runnable run whose workflow id is its run id, in one INSERT (autocommit
+        is fine: a new id cannot conflict). ``dispatched``: the caller rings its doorbell."""
+        self._runs().create(
+            id=run_id,
+            workflow_id=str(run_id),
+            status=RunStatus.RUNNING,
+            ready_at=Now(),
+            dispatched_at=Now() if dispatched else None,
+            **fields,
+        )
+
+    def create_run(
+        self,
+        run_id: uuid.UUID,
+        workflow_id: str | None,
+        fields: dict[str, Any],
+        *,
+        timeout: float | None,
+        delay: float | None,
+        dispatched: bool,
+    ) -> tuple[WorkflowRun, datetime | None]:
+        """Insert the run with its deadline and delayed-start timers, in the caller's
+        transaction; returns the run and, for a delayed start, when it starts. A delayed
+        run is ``pending``, any other runnable. ``dispatched``: the caller rings the
+        doorbell of a runnable run on commit."""
+        now = self.db_now()
+        # A run whose doorbell is rung on commit counts as dispatched, so the sweep does not
+        # send a second message before a worker had the chance to claim it.
+        dispatched_at = now if dispatched and not delay else None
+        run = self._runs().create(
+            id=run_id,
+            workflow_id=workflow_id or str(run_id),
+            status=RunStatus.PENDING if delay else RunStatus.RUNNING,
+            ready_at=None if delay else now,
+            dispatched_at=dispatched_at,
+            execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
+            **fields,
+        )
+        if run.execution_deadline is not None:
+            # The deadline is a timer: the sweep times the run out when it fires.
+            Timer.objects.using(self.alias).create(
+                run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=run.execution_deadline
+            )
+        if not delay:
+            return run, None
+        fire_at = now + timedelta(seconds=delay)
+        Timer.objects.using(self.alias).create(
+            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
+        )
+        return run, fire_at
+
+    def latest_run_locked(self, workflow_id: str) -> WorkflowRun | None:
+        """The live run with ``workflow_id`` if there is one (at most one exists), else the
+        newest finished one; in the caller's transaction, which on PostgreSQL then holds
+        the advisory lock of starts by that id (so "look, then create" cannot interleave)."""
+        if self.is_postgres:
+            self._lock_workflow_id(workflow_id)
+        runs = self._runs().for_workflow_id(workflow_id)
+        return runs.active().first() or runs.first()
+
+    def announce_run_started(self, run_id: str | uuid.UUID, workflow_id: str, workflow_name: str) -> None:
+        """Send ``run_started`` once the current transaction commits."""
+        self._announce(signals.run_started, run_id, workflow_id, workflow_name)
+
     def _lock_for_message(self, run_pk: Any) -> dict[str, Any]:
         """Lock the run row for a message insert and check the run takes messages.
 

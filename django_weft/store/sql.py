@@ -299,3 +299,8 @@ class SqlStatements(StoreBase):
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"ttl": ttl, "ids": keys, "owner": owner})
+
+    def _lock_workflow_id(self, workflow_id: str) -> None:
+        """PostgreSQL: a transaction-scoped advisory lock on a workflow id."""
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
