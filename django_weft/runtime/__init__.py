@@ -15,7 +15,17 @@ from .dispatch import delivers, get_dispatcher
 from .lifecycle import cancel, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
 from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
-from .reading import StatusReport, describe, get_run, history, result_of, status_report
+from .reading import (
+    StatusReport,
+    describe,
+    get_run,
+    history,
+    read_history,
+    read_run,
+    result_of,
+    status_report,
+)
+from .records import HistoryEntry, RunRecord
 from .starts import (
     ON_CONFLICT_CHOICES,
     SignalWithStartResult,
@@ -31,6 +41,8 @@ from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_final
 __all__ = [
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
+    "HistoryEntry",
+    "RunRecord",
     "SignalAccepted",
     "SignalWithStartResult",
     "StartOptions",
@@ -49,6 +61,8 @@ __all__ = [
     "get_store",
     "history",
     "query",
+    "read_history",
+    "read_run",
     "result_of",
     "resume",
     "retry",

@@ -25,6 +25,7 @@ from ..engine.records import (
 )
 from ..models import Step, Timer, WorkflowRun
 from .process import get_store
+from .records import HistoryEntry, RunRecord
 
 
 def get_run(ref: str | uuid.UUID) -> WorkflowRun:
@@ -44,49 +45,25 @@ def get_run(ref: str | uuid.UUID) -> WorkflowRun:
     return run
 
 
+def read_run(ref: str | uuid.UUID) -> RunRecord:
+    """The run with this run id (or the latest with this workflow id), as a record."""
+    return RunRecord.of(get_run(ref))
+
+
+def read_history(run: WorkflowRun) -> list[HistoryEntry]:
+    """The run's recorded steps, in order."""
+    steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run).order_by("seq")
+    return [HistoryEntry.of(step) for step in steps]
+
+
 def describe(run: WorkflowRun) -> dict[str, Any]:
-    return {
-        "run_id": str(run.pk),
-        "workflow_id": run.workflow_id,
-        "workflow": run.workflow_name,
-        "version": run.workflow_version,
-        "status": run.status,
-        "args": run.args,
-        "kwargs": run.kwargs,
-        "result": run.result,
-        "error": run.error,
-        "failure_category": run.failure_category or None,
-        "attempt": run.attempt,
-        "search_attributes": run.search_attributes,
-        "waiting_on": run.waiting_on,
-        "execution_deadline": run.execution_deadline,
-        "owner_id": run.owner_id,
-        "owner_epoch": run.owner_epoch,
-        "lease_expires_at": run.lease_expires_at,
-        "created_at": run.created_at,
-        "updated_at": run.updated_at,
-        "finished_at": run.finished_at,
-        "parent_run_id": str(run.parent_id) if run.parent_id else None,
-    }
+    """The run as a dict (:meth:`RunRecord.as_dict`)."""
+    return RunRecord.of(run).as_dict()
 
 
 def history(run: WorkflowRun) -> list[dict[str, Any]]:
-    steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run).order_by("seq")
-    return [
-        {
-            "seq": step.seq,
-            "kind": step.kind,
-            "name": step.name,
-            "status": step.status,
-            "args": step.args,
-            "result": step.result,
-            "error": step.error,
-            "attempt": step.attempt,
-            "started_at": step.started_at,
-            "finished_at": step.finished_at,
-        }
-        for step in steps
-    ]
+    """The run's recorded steps as dicts (:meth:`HistoryEntry.as_dict`)."""
+    return [entry.as_dict() for entry in read_history(run)]
 
 
 def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
@@ -147,8 +124,8 @@ def _outcome_error(run_id: str, workflow_id: str, status: str, error: dict[str, 
 @dataclass(frozen=True)
 class StatusReport:
     counts: dict[str, int]
-    oldest_waiting: WorkflowRun | None
-    oldest_runnable: WorkflowRun | None
+    oldest_waiting: RunRecord | None
+    oldest_runnable: RunRecord | None
     expired_leases: int
     due_timers: int
     oldest_due_timer: datetime | None
@@ -162,10 +139,12 @@ def status_report() -> StatusReport:
         counts[row["status"]] = row["n"]
     now = store.db_now()
     timers = Timer.objects.using(store.alias).due(now).aggregate(n=Count("pk"), oldest=Min("fire_at"))
+    oldest_waiting = runs.filter(status=RunStatus.WAITING).order_by("updated_at").first()
+    oldest_runnable = runs.runnable().order_by("ready_at").first()
     return StatusReport(
         counts=counts,
-        oldest_waiting=runs.filter(status=RunStatus.WAITING).order_by("updated_at").first(),
-        oldest_runnable=runs.runnable().order_by("ready_at").first(),
+        oldest_waiting=RunRecord.of(oldest_waiting) if oldest_waiting is not None else None,
+        oldest_runnable=RunRecord.of(oldest_runnable) if oldest_runnable is not None else None,
         expired_leases=runs.expired_leases(now, 0).count(),
         due_timers=timers["n"],
         oldest_due_timer=timers["oldest"],
