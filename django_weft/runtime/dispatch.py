@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
 
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -122,7 +121,7 @@ class LocalDispatcher:
         return self._queue.qsize()
 
 
-_process_override: list[Any] = []
+_process_override: list[Dispatcher] = []
 
 
 def use_dispatcher(dispatcher: Dispatcher | None) -> None:

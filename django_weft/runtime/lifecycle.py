@@ -12,6 +12,7 @@ from django.db import transaction
 from ..conf import weft_settings
 from ..engine.errors import (
     InvalidInput,
+    InvalidTransition,
     WorkflowTerminalError,
 )
 from ..engine.records import (
@@ -44,7 +45,11 @@ def _on_live_run(ref: str | uuid.UUID, transition: Callable[[WorkflowRun], Any])
                 WorkflowRun.objects.using(alias).filter(pk=run.pk).values_list("result", flat=True).first()
             )
             run = get_run((result or {})["continued_as"])
-    raise AssertionError(f"run {ref} continued as new more than 100 times while being changed")
+    raise InvalidTransition(
+        f"run {ref} continued as new more than 100 times while being changed; try again",
+        run_id=str(run.pk),
+        status=RunStatus.CONTINUED,
+    )
 
 
 def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
@@ -58,9 +63,9 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
 
     def transition(run: WorkflowRun) -> None:
         closed = store.cancel(run.pk, reason)
-        if closed.get("woken_parent"):
-            _dispatch_on_commit(closed["woken_parent"])
-        if closed.get("finalizer"):
+        if closed.woken_parent:
+            _dispatch_on_commit(closed.woken_parent)
+        if closed.finalizer:
             transaction.on_commit(lambda: dispatch_finalizer(str(run.pk), 1), using=store.alias)
 
     run = _on_live_run(ref, transition)
@@ -108,7 +113,7 @@ def retry(ref: str | uuid.UUID) -> str:
     with transaction.atomic(using=store.alias):
         outcome = store.reactivate(run.pk, dispatched=delivers(get_dispatcher()))
         _dispatch_on_commit(str(run.pk))
-    removed = outcome.get("removed_from")
+    removed = outcome.removed_from
     logger.info("run %s (%s %s): retried%s", run.pk, run.workflow_name, run.workflow_id,
                 f" from position {removed}" if removed is not None else "")  # fmt: skip
     return RunStatus.RUNNING

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
 
@@ -29,6 +30,8 @@ from .messages import SignalAccepted, _accepted, _encode_payload, _message_key, 
 from .process import _dispatch_on_commit, get_store
 
 logger = logging.getLogger("django_weft.runtime")
+
+_T = TypeVar("_T")
 
 ON_CONFLICT_CHOICES = ("use_existing", "fail", "start_new_if_terminal")
 
@@ -179,22 +182,34 @@ def start_with(
         store.announce_run_started(run_id, str(run_id), spec.definition.name)
         logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
         return StartResult(str(run_id), str(run_id), created=True)
-    for attempt in range(3):
+
+    def find_or_create() -> StartResult:
+        if spec.workflow_id is not None:
+            existing = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
+            if existing is not None:
+                return StartResult(str(existing.pk), existing.workflow_id, created=False)
+        run = _create_run(store, spec, run_id)
+        return StartResult(str(run.pk), run.workflow_id, created=True)
+
+    started = _atomic_retrying_id_conflicts(store, find_or_create, retry=spec.workflow_id is not None)
+    if started.created:
+        logger.info("run %s (%s %s): started", started.run_id, spec.definition.name, started.workflow_id)
+    return started
+
+
+def _atomic_retrying_id_conflicts(store: DjangoStore, body: Callable[[], _T], *, retry: bool = True) -> _T:
+    """Run ``body`` in a transaction; up to three times if a concurrent start with the
+    same workflow id won the one-active-run constraint (only reachable where the
+    advisory lock is unavailable), looking again each time."""
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             with transaction.atomic(using=store.alias):
-                if spec.workflow_id is not None:
-                    existing = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
-                    if existing is not None:
-                        return StartResult(str(existing.pk), existing.workflow_id, created=False)
-                run = _create_run(store, spec, run_id)
-            logger.info("run %s (%s %s): started", run.pk, run.workflow_name, run.workflow_id)
-            return StartResult(str(run.pk), run.workflow_id, created=True)
+                return body()
         except IntegrityError:
-            # A concurrent start with the same id won the one-active-run constraint
-            # (only reachable where the advisory lock is unavailable); look again.
-            if spec.workflow_id is None or attempt == 2:
+            if not retry or attempt == 3:
                 raise
-    raise AssertionError("unreachable")
 
 
 def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> WorkflowRun:
@@ -270,32 +285,28 @@ def signal_with_start(
     key = _message_key(signal_id, "signal_id") if signal_id is not None else None
     value = _encode_payload(payload, f"the payload of signal {name}")
     store = get_store()
-    assert spec.workflow_id is not None
     dispatched = delivers(get_dispatcher())
-    for attempt in range(3):
-        try:
-            with transaction.atomic(using=store.alias):
-                outcome = _signal_or_start(store, spec, name, value, key, dispatched)
-        except IntegrityError:
-            # A concurrent start won the one-active-run constraint (only reachable where
-            # the advisory lock is unavailable): look again.
-            if attempt == 2:
-                raise
-            continue
-        logger.info(
-            "run %s (%s): signal %s %s", outcome.run_id, outcome.workflow_id, name,
-            "with a new run" if outcome.created else "received",
-        )  # fmt: skip
-        return outcome
-    raise AssertionError("unreachable")
+    outcome = _atomic_retrying_id_conflicts(
+        store, lambda: _signal_or_start(store, spec, id, name, value, key, dispatched)
+    )
+    logger.info(
+        "run %s (%s): signal %s %s", outcome.run_id, outcome.workflow_id, name,
+        "with a new run" if outcome.created else "received",
+    )  # fmt: skip
+    return outcome
 
 
 def _signal_or_start(
-    store: DjangoStore, spec: _StartSpec, name: str, value: Any, key: str | None, dispatched: bool
+    store: DjangoStore,
+    spec: _StartSpec,
+    workflow_id: str,
+    name: str,
+    value: Any,
+    key: str | None,
+    dispatched: bool,
 ) -> SignalWithStartResult:
-    assert spec.workflow_id is not None
     # The advisory lock of starts by id serialises concurrent signal_with_starts.
-    run = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
+    run = _existing_for_start(store, workflow_id, spec.on_conflict)
     if run is not None:
         try:
             stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)

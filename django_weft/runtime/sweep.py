@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..conf import weft_settings
+from ..engine.ports import Dispatcher
 from .dispatch import delivers, get_dispatcher
 from .process import get_store
 from .worker import dispatch_finalizer
@@ -32,7 +32,7 @@ class TickReport:
 _last_purge = [0.0]
 
 
-def tick(dispatcher: Any = None) -> TickReport:
+def tick(dispatcher: Dispatcher | None = None) -> TickReport:
     """One sweep: fire due timers, then dispatch runnable runs and expired leases.
 
     Safe to run from several processes at once: rows are taken with

@@ -16,10 +16,13 @@ from ..engine.context import (
     _current_activity,
     describe_exception,
 )
+from ..engine.error_types import ErrorType
 from ..engine.errors import (
     PayloadError,
 )
 from ..engine.executor import TurnOutcome
+from ..engine.finalizers import retry_in as finalizer_retry_in
+from ..engine.ports import Dispatcher
 from ..engine.records import (
     FINALIZER_SEQ,
     StepStatus,
@@ -27,6 +30,7 @@ from ..engine.records import (
 from ..engine.registry import Activity, registry
 from ..models import WorkflowRun
 from .dispatch import delivers, get_dispatcher
+from .heartbeat import ensure_heartbeat, running_attempt
 from .process import get_engine, get_store
 
 logger = logging.getLogger("django_weft.runtime")
@@ -52,8 +56,6 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
     (fenced by run, seq and attempt). A recorded outcome wakes the run when it waits for
     it. ``atomic=True`` activities run inside the transaction that records them.
     """
-    from .heartbeat import ensure_heartbeat, running_attempt
-
     if seq == FINALIZER_SEQ:
         return run_finalizer(run_id, attempt)
     store = get_store()
@@ -64,18 +66,18 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
                     run_id, seq, attempt)  # fmt: skip
         return ActivityOutcome.SKIPPED
     ensure_heartbeat()
-    name = started["name"]
+    name = started.name
     act = registry.activities.get(name)
-    info = ActivityInfo(run_id, started["workflow_id"], started["workflow_name"], name, seq, attempt)
+    info = ActivityInfo(run_id, started.workflow_id, started.workflow_name, name, seq, attempt)
     label = f"run {run_id}: activity {name} (position {seq}, attempt {attempt})"
     outcome: list[str] = []
 
     def call() -> tuple[str, str | None, str | None]:
-        written = _call_activity(act, info, started["args"], store.alias) if act is not None else (
+        written = _call_activity(act, info, started.args, store.alias) if act is not None else (
             StepStatus.ATTEMPT_FAILED,
             None,
             codec.dumps({
-                "type": "django_weft.ActivityNotRegistered",
+                "type": ErrorType.ACTIVITY_NOT_REGISTERED,
                 "message": f"activity {name!r} is not registered in worker {get_engine().engine_id}",
                 "retryable": True,
             }),
@@ -135,15 +137,13 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
     label = f"run {run_id}: finalizer {name} (attempt {attempt})"
     if act is None:
         error: dict[str, Any] | None = {
-            "type": "django_weft.ActivityNotRegistered",
+            "type": ErrorType.ACTIVITY_NOT_REGISTERED,
             "message": f"activity {name!r} is not registered in worker {get_engine().engine_id}",
         }
         retryable = True
         policy = weft_settings.DEFAULT_RETRY_POLICY
         result = None
     else:
-        from .heartbeat import ensure_heartbeat, running_attempt
-
         ensure_heartbeat()
         with running_attempt(run_id, FINALIZER_SEQ, attempt):  # the heartbeat renews its lease
             _, result_json, error_json = _call_activity(
@@ -154,7 +154,7 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
         retryable = bool(error.pop("retryable", True)) if error else False
         policy = act.retry or weft_settings.DEFAULT_RETRY_POLICY
     faults.hit("before_finalizer_finish", run_id=run_id, engine=get_engine())
-    retry_in = policy.delay_after(attempt) if error and retryable and attempt < policy.max_attempts else None
+    retry_in = finalizer_retry_in(policy, attempt, error, retryable=retryable)
     if not store.finish_finalizer(run_id, attempt, result=result, error=error, retry_in=retry_in):
         logger.warning("%s: ran, but the attempt is no longer current; outcome discarded", label)
         return ActivityOutcome.DISCARDED
@@ -166,7 +166,7 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
     return ActivityOutcome.FAILED
 
 
-def dispatch_finalizer(run_id: str, attempt: int, dispatcher: Any = None) -> None:
+def dispatch_finalizer(run_id: str, attempt: int, dispatcher: Dispatcher | None = None) -> None:
     """Send attempt ``attempt`` of a run's finalizer to a worker (a doorbell: the
     finalizer's timer makes the sweep send it again if this is lost)."""
     dispatcher = dispatcher or get_dispatcher()

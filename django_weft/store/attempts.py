@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,18 @@ from ..models import Step, Timer
 from .waking import WakingMixin
 
 
+@dataclass(frozen=True)
+class StartedAttempt:
+    """A queued activity attempt this caller took: what it needs to run it."""
+
+    workflow_id: str
+    workflow_name: str
+    name: str
+    """The activity's name."""
+    args: dict[str, Any]
+    """The recorded call: ``{"args": [...], "kwargs": {...}}``."""
+
+
 class AttemptsMixin(WakingMixin):
     def schedule_activity(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
@@ -43,7 +56,7 @@ class AttemptsMixin(WakingMixin):
         statuses = [RunStatus.RUNNING, RunStatus.WAITING] + ([RunStatus.SUSPENDED] if suspended else [])
         return self._runs().select_for_update().filter(pk=key, status__in=statuses).values(*fields).first()
 
-    def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> dict[str, Any] | None:
+    def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> StartedAttempt | None:
         """Take attempt ``attempt`` of the queued activity at ``seq`` for execution.
 
         Exactly one caller wins per attempt: the step moves from ``scheduled`` to
@@ -68,7 +81,7 @@ class AttemptsMixin(WakingMixin):
                 kind=TimerKind.ACTIVITY,
                 defaults={"fire_at": now + timedelta(seconds=ttl), "fired_at": None},
             )
-        return {**run, "name": row["name"], "args": row["args"] or {}}
+        return StartedAttempt(run["workflow_id"], run["workflow_name"], row["name"], row["args"] or {})
 
     def finish_activity(
         self,
@@ -155,7 +168,7 @@ class AttemptsMixin(WakingMixin):
             if ids:
                 timers.filter(pk__in=ids).update(fire_at=until)
 
-    def _lose_attempts(self, fired: Iterable[tuple[Any, int]], now: datetime) -> None:
+    def _lose_attempts(self, fired: Iterable[tuple[uuid.UUID, int]], now: datetime) -> None:
         """Mark the queued attempts whose activity timer fired as lost: never started
         (the message went missing) or started by a worker that stopped heartbeating.
         The caller holds the run rows."""

@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.dispatch import Signal
 
 from .. import signals
 from ..conf import weft_settings
@@ -21,6 +23,7 @@ from ..engine.records import (
     RunStatus,
 )
 from ..models import WorkflowRun
+from ..models.querysets import WorkflowRunQuerySet
 
 logger = logging.getLogger("django_weft.store")
 
@@ -52,7 +55,7 @@ class StoreBase:
         return self._alias or weft_settings.DATABASE_ALIAS
 
     @property
-    def connection(self) -> Any:
+    def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
     @property
@@ -66,10 +69,10 @@ class StoreBase:
     def _dt(self, value: datetime | None) -> Any:
         return self.connection.ops.adapt_datetimefield_value(value)
 
-    def _runs(self) -> Any:
+    def _runs(self) -> WorkflowRunQuerySet:
         return WorkflowRun.objects.using(self.alias)
 
-    def _owned(self, run_id: str, owner: str, epoch: int) -> Any:
+    def _owned(self, run_id: str, owner: str, epoch: int) -> WorkflowRunQuerySet:
         return self._runs().filter(pk=run_id, owner_id=owner, owner_epoch=epoch)
 
     def _announce_finish(
@@ -81,7 +84,9 @@ class StoreBase:
             error = codec.loads(error_json) if error_json else None
             self._announce(signals.run_failed, run_id, workflow_id, workflow_name, error=error)
 
-    def _announce(self, signal: Any, run_id: Any, workflow_id: str, workflow_name: str, **extra: Any) -> None:
+    def _announce(
+        self, signal: Signal, run_id: uuid.UUID | str, workflow_id: str, workflow_name: str, **extra: Any
+    ) -> None:
         """Send a Django signal once the current transaction commits (at once in autocommit)."""
         if not signal.has_listeners(WorkflowRun):
             return

@@ -43,7 +43,9 @@ class FinalizersMixin(SqlStatements):
                 self._write_step(cursor, run_id, owner, epoch, step)
             self._runs().filter(pk=run_id).update(finalizer_state=codec.loads(state_json))
 
-    def _schedule_finalizer(self, run_pk: Any, workflow_name: str, now: datetime) -> dict[str, Any] | None:
+    def _schedule_finalizer(
+        self, run_pk: uuid.UUID, workflow_name: str, now: datetime
+    ) -> dict[str, Any] | None:
         definition = registry.workflows.get(workflow_name)
         if definition is not None and definition.finalizer is None:
             return None
@@ -115,7 +117,9 @@ class FinalizersMixin(SqlStatements):
             run = (
                 self._runs().select_for_update().filter(pk=key).values("finalizer", "finalizer_state").first()
             )
-            finalizer = (run or {}).get("finalizer") or {}
+            if run is None:
+                return None
+            finalizer = run["finalizer"] or {}
             if (
                 finalizer.get("status") not in STARTABLE_FINALIZER_STATUSES
                 or finalizer.get("attempt", 0) != attempt - 1
@@ -136,7 +140,6 @@ class FinalizersMixin(SqlStatements):
                 kind=TimerKind.FINALIZER,
                 defaults={"fire_at": now + timedelta(seconds=lease), "fired_at": None},
             )
-        assert run is not None
         return finalizer.get("activity"), run["finalizer_state"]
 
     def finish_finalizer(

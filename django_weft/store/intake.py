@@ -4,6 +4,7 @@ the run is left unowned and runnable for a worker to claim."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -85,7 +86,7 @@ class IntakeMixin(SqlStatements):
         """Send ``run_started`` once the current transaction commits."""
         self._announce(signals.run_started, run_id, workflow_id, workflow_name)
 
-    def _lock_for_message(self, run_pk: Any) -> dict[str, Any]:
+    def _lock_for_message(self, run_pk: uuid.UUID) -> Mapping[str, Any]:
         """Lock the run row for a message insert and check the run takes messages.
 
         Taking the row lock serialises the insert with the run's park (which reads the
@@ -103,7 +104,7 @@ class IntakeMixin(SqlStatements):
             raise WorkflowNotFound(f"run {run_pk} no longer exists", ref=str(run_pk))
         return run
 
-    def _check_not_terminal(self, run_pk: Any, run: dict[str, Any], what: str) -> None:
+    def _check_not_terminal(self, run_pk: uuid.UUID, run: Mapping[str, Any], what: str) -> None:
         if run["status"] in TERMINAL_STATUSES:
             raise WorkflowTerminalError(
                 f"run {run_pk} ({run['workflow_name']} {run['workflow_id']}) is {run['status']}: a "
@@ -114,7 +115,7 @@ class IntakeMixin(SqlStatements):
             )
 
     def _wake_for_message(
-        self, run_pk: Any, run: dict[str, Any], names_key: str, name: str, dispatched: bool
+        self, run_pk: uuid.UUID, run: Mapping[str, Any], names_key: str, name: str, dispatched: bool
     ) -> bool:
         """Make a parked run runnable if ``name`` is among what it waits for or handles."""
         waiting_on = run["waiting_on"] or {}
@@ -131,7 +132,7 @@ class IntakeMixin(SqlStatements):
         return True
 
     def deliver_signal(
-        self, run_pk: Any, name: str, payload: Any, signal_id: str | None, *, dispatched: bool
+        self, run_pk: uuid.UUID, name: str, payload: Any, signal_id: str | None, *, dispatched: bool
     ) -> tuple[Signal, bool, bool]:
         """Store a signal for the run, in the caller's transaction; returns ``(signal,
         duplicate, woken)``. A repeated ``signal_id`` returns the stored signal. Raises
@@ -148,7 +149,7 @@ class IntakeMixin(SqlStatements):
         return stored, False, self._wake_for_message(run_pk, run, "signals", name, dispatched)
 
     def accept_update(
-        self, run_pk: Any, update_id: str, name: str, payload: Any, *, dispatched: bool
+        self, run_pk: uuid.UUID, update_id: str, name: str, payload: Any, *, dispatched: bool
     ) -> tuple[Update, bool, bool]:
         """Store an accepted update, in the caller's transaction; returns ``(update,
         created, woken)``. An ``update_id`` stored meanwhile returns that update."""

@@ -14,10 +14,11 @@ local clock.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -56,7 +57,7 @@ _STEP_ON_CONFLICT = (
 _STEP_SQL: dict[str, str] = {}
 
 
-def _aware(value: Any) -> datetime:
+def _aware(value: str | datetime) -> datetime:
     if isinstance(value, str):
         parsed = parse_datetime(value)
         assert parsed is not None, value
@@ -70,7 +71,7 @@ def _json(value: Any) -> Any:
     return codec.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _step_record(row: Any) -> StepRecord:
+def _step_record(row: Sequence[Any]) -> StepRecord:
     """A :class:`StepRecord` from ``seq, kind, name, status, result, error, attempt,
     started_at, finished_at`` columns."""
     seq, kind, name, status, result, error, attempt, started, finished = row
@@ -107,7 +108,7 @@ class SqlStatements(StoreBase):
             cursor.execute("SELECT clock_timestamp()")
             return _aware(cursor.fetchone()[0])
 
-    def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> Any:
+    def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> tuple[Any, ...] | None:
         # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
         # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
         returning = (
@@ -199,12 +200,16 @@ class SqlStatements(StoreBase):
             "stamp": adapt(step.finished_at or step.started_at),
         }
 
-    def _write_step(self, cursor: Any, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+    def _write_step(
+        self, cursor: CursorWrapper, run_id: str, owner: str, epoch: int, step: StepWrite
+    ) -> None:
         cursor.execute(self._step_sql(), self._step_params(run_id, owner, epoch, step))
         self._check_step_written(cursor.fetchone(), run_id, owner, epoch, step)
 
     @staticmethod
-    def _check_step_written(row: Any, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+    def _check_step_written(
+        row: tuple[Any, ...] | None, run_id: str, owner: str, epoch: int, step: StepWrite
+    ) -> None:
         if row is None:
             raise _deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
 
@@ -233,7 +238,9 @@ class SqlStatements(StoreBase):
         with connection.cursor() as cursor:
             self._write_step(cursor, run_id, owner, epoch, step)
 
-    def _write_timers(self, cursor: Any, run_id: str, timers: Iterable[TimerWrite], now: datetime) -> None:
+    def _write_timers(
+        self, cursor: CursorWrapper, run_id: str, timers: Iterable[TimerWrite], now: datetime
+    ) -> None:
         sql = (
             f"INSERT INTO {TIMER_TABLE} (run_id, seq, kind, fire_at, fired_at, created_at) "
             "VALUES (%(id)s, %(seq)s, %(kind)s, %(fire_at)s, NULL, %(now)s) "

@@ -5,8 +5,8 @@ orphaned children and parents left waiting, retention. Rows are taken with
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, F, Q, Value
@@ -111,7 +111,7 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
                     woken.append(str(parent))
         return woken
 
-    def _time_out_due(self, runs: set[Any]) -> set[Any]:
+    def _time_out_due(self, runs: set[uuid.UUID]) -> set[uuid.UUID]:
         """Time out the active runs among ``runs`` (locked by the caller, their deadline
         timers due): an external transition, so a worker still driving one is deposed."""
         timed_out = set()

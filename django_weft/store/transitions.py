@@ -9,6 +9,8 @@ worker to claim; they take no lease themselves.
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -36,10 +38,39 @@ from .finalizers import FinalizersMixin
 from .waking import WakingMixin
 
 
+@dataclass(frozen=True)
+class Transition:
+    """What an external transition did to a run, for the caller's doorbells and logs."""
+
+    run_id: str
+    workflow_id: str
+    workflow_name: str
+    status: RunStatus
+    """The run's status after the transition."""
+    woken_parent: str | None = None
+    """Cancel: the parent run it woke (ring its doorbell on commit)."""
+    finalizer: dict[str, Any] | None = None
+    """Cancel: the finalizer it scheduled (send its first attempt on commit)."""
+    removed_from: int | None = None
+    """Retry: the position from which the history was removed."""
+
+    @classmethod
+    def of(cls, run_pk: uuid.UUID, run: dict[str, Any], status: RunStatus, **changes: Any) -> Transition:
+        return cls(
+            run_id=str(run_pk),
+            workflow_id=run["workflow_id"],
+            workflow_name=run["workflow_name"],
+            status=status,
+            woken_parent=run.get("woken_parent"),
+            finalizer=run.get("finalizer"),
+            **changes,
+        )
+
+
 class TransitionsMixin(FinalizersMixin, WakingMixin):
     _LOCKED_FIELDS = ("status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id")
 
-    def _lock_run(self, run_pk: Any) -> dict[str, Any]:
+    def _lock_run(self, run_pk: uuid.UUID) -> dict[str, Any]:
         run = self._runs().select_for_update().filter(pk=run_pk).values(*self._LOCKED_FIELDS).first()
         if run is None:
             raise WorkflowNotFound(f"run {run_pk} does not exist", ref=str(run_pk))
@@ -47,7 +78,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
 
     @staticmethod
     def _refuse(
-        run_pk: Any, run: dict[str, Any], action: str, needs: str, *, terminal: bool = True
+        run_pk: uuid.UUID, run: dict[str, Any], action: str, needs: str, *, terminal: bool = True
     ) -> Exception:
         label = f"run {run_pk} ({run['workflow_name']} {run['workflow_id']}) is {run['status']}"
         if terminal and run["status"] in TERMINAL_STATUSES:
@@ -65,7 +96,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
 
     def _close(
         self,
-        run_pk: Any,
+        run_pk: uuid.UUID,
         run: dict[str, Any],
         status: str,
         error: dict[str, Any],
@@ -101,7 +132,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         if run["parent_id"] is not None and wake_parent:
             run["woken_parent"] = self._wake_parent(run["parent_id"])
 
-    def cancel(self, run_pk: Any, reason: str | None) -> dict[str, Any]:
+    def cancel(self, run_pk: uuid.UUID, reason: str | None) -> Transition:
         """Cancel an active (pending, running, waiting or suspended) run, in the caller's
         transaction. Raises ``WorkflowTerminalError`` for a finished run."""
         run = self._lock_run(run_pk)
@@ -110,9 +141,9 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         message = f"cancelled: {reason}" if reason else "cancelled"
         error = {"type": ErrorType.CANCELLED, "message": message, "reason": reason}
         self._close(run_pk, run, RunStatus.CANCELLED, error, FailureCategory.CANCELLATION)
-        return {**run, "status": RunStatus.CANCELLED}
+        return Transition.of(run_pk, run, RunStatus.CANCELLED)
 
-    def _time_out_locked(self, run_pk: Any, run: dict[str, Any], deadline: datetime) -> None:
+    def _time_out_locked(self, run_pk: uuid.UUID, run: dict[str, Any], deadline: datetime) -> None:
         error = {
             "type": ErrorType.EXECUTION_TIMEOUT,
             "message": f"the run passed its execution deadline ({deadline.isoformat()})",
@@ -121,7 +152,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         # is woken after the batch commits, in a transaction of its own.
         self._close(run_pk, run, RunStatus.TIMED_OUT, error, FailureCategory.TIMEOUT, wake_parent=False)
 
-    def suspend(self, run_pk: Any) -> dict[str, Any]:
+    def suspend(self, run_pk: uuid.UUID) -> Transition:
         """Suspend a running or waiting run, in the caller's transaction: it keeps its
         history, timers and messages, and no worker drives it until it is resumed."""
         run = self._lock_run(run_pk)
@@ -138,9 +169,9 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             updated_at=now,
         )
         self._announce(signals.run_suspended, run_pk, run["workflow_id"], run["workflow_name"])
-        return {**run, "status": RunStatus.SUSPENDED}
+        return Transition.of(run_pk, run, RunStatus.SUSPENDED)
 
-    def resume(self, run_pk: Any, *, dispatched: bool) -> dict[str, Any]:
+    def resume(self, run_pk: uuid.UUID, *, dispatched: bool) -> Transition:
         """Make a suspended run runnable again, in the caller's transaction. Its next turn
         replays to where it waits and re-arms that wait's timer with its original fire
         time (a time that passed while suspended fires at once)."""
@@ -149,9 +180,9 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             raise self._refuse(run_pk, run, "resumed", "a suspended")
         self._make_runnable(run_pk, dispatched)
         self._announce(signals.run_resumed, run_pk, run["workflow_id"], run["workflow_name"])
-        return {**run, "status": RunStatus.RUNNING}
+        return Transition.of(run_pk, run, RunStatus.RUNNING)
 
-    def _make_runnable(self, run_pk: Any, dispatched: bool, **fields: Any) -> None:
+    def _make_runnable(self, run_pk: uuid.UUID, dispatched: bool, **fields: Any) -> None:
         now = self._transition_now()
         self._runs().filter(pk=run_pk).update(
             status=RunStatus.RUNNING,
@@ -162,7 +193,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             **fields,
         )
 
-    def reactivate(self, run_pk: Any, *, dispatched: bool) -> dict[str, Any]:
+    def reactivate(self, run_pk: uuid.UUID, *, dispatched: bool) -> Transition:
         """Make a failed run runnable again, in the caller's transaction. The step whose
         failure failed the run (and anything recorded after it) is removed, so it is
         attempted afresh; every step before it replays. After a non-determinism failure
@@ -204,4 +235,4 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             Timer.objects.using(self.alias).create(
                 run_id=run_pk, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=deadline
             )
-        return {**run, "status": RunStatus.RUNNING, "removed_from": failed_seq}
+        return Transition.of(run_pk, run, RunStatus.RUNNING, removed_from=failed_seq)

@@ -69,7 +69,7 @@ class TurnsMixin(AttemptsMixin):
             parent_run_id=str(parent_id) if parent_id else None,
         )
 
-    def _claim_woken(self, run_id: str, owner: str, ttl: float) -> Any:
+    def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
         """Fire the due timers of a waiting run and claim it, in one transaction."""
         with transaction.atomic(using=self.alias):
             run = (

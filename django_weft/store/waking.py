@@ -37,11 +37,13 @@ class WakingMixin(SqlStatements):
         children = children_to_check(rows)
         live: set[int] = set()
         if children:
-            live = set(
-                self._runs()
+            live = {
+                seq
+                for seq in self._runs()
                 .filter(parent_id=key, parent_seq__in=children, status__in=list(ACTIVE_STATUSES))
                 .values_list("parent_seq", flat=True)
-            )
+                if seq is not None
+            }
         return wait.satisfied_by(rows, live)
 
     def _messages_waiting(self, run_id: str, wait: ParkedWait) -> bool:
@@ -62,7 +64,7 @@ class WakingMixin(SqlStatements):
             .exists()
         )
 
-    def _wake_parent(self, parent_pk: Any) -> str | None:
+    def _wake_parent(self, parent_pk: uuid.UUID | str) -> str | None:
         """After a child's terminal write (in its transaction): make the parent runnable if
         it is parked waiting for what just happened. Returns the parent's id if woken."""
         parent = self._runs().select_for_update().filter(pk=parent_pk).values("status", "waiting_on").first()
