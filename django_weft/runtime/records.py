@@ -4,7 +4,8 @@ admin share, built from the rows; ``as_dict`` gives the dicts ``describe()`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -69,30 +70,8 @@ class RunRecord:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The run as ``describe()`` returns it."""
-        return {
-            "run_id": self.run_id,
-            "workflow_id": self.workflow_id,
-            "workflow": self.workflow,
-            "version": self.version,
-            "status": self.status,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "result": self.result,
-            "error": self.error,
-            "failure_category": self.failure_category,
-            "attempt": self.attempt,
-            "search_attributes": self.search_attributes,
-            "waiting_on": self.waiting_on,
-            "execution_deadline": self.execution_deadline,
-            "owner_id": self.owner_id,
-            "owner_epoch": self.owner_epoch,
-            "lease_expires_at": self.lease_expires_at,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "finished_at": self.finished_at,
-            "parent_run_id": self.parent_run_id,
-        }
+        """The run as ``describe()`` returns it (every field but ``ready_at``)."""
+        return _fields_of(self, exclude={"ready_at"})
 
 
 @dataclass(frozen=True)
@@ -127,15 +106,9 @@ class HistoryEntry:
 
     def as_dict(self) -> dict[str, Any]:
         """The step as ``history()`` returns it."""
-        return {
-            "seq": self.seq,
-            "kind": self.kind,
-            "name": self.name,
-            "status": self.status,
-            "args": self.args,
-            "result": self.result,
-            "error": self.error,
-            "attempt": self.attempt,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-        }
+        return _fields_of(self)
+
+
+def _fields_of(record: RunRecord | HistoryEntry, exclude: AbstractSet[str] = frozenset()) -> dict[str, Any]:
+    """The record's fields in their order, values as they are (not copied)."""
+    return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in exclude}
