@@ -9,11 +9,12 @@ wake the run (``signals``, ``updates``), and for a wait on queued activities or 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .records import PENDING_STEP_STATUSES, StepKind, StepStatus
+from .records import PENDING_STEP_STATUSES, RunStatus, StepKind, StepStatus, TimerKind
 
 NEEDS_DECISION = frozenset({StepStatus.ATTEMPT_FAILED, StepStatus.LOST})
 """Attempt outcomes the workflow decides on (retry or fail), so they wake the run."""
@@ -78,3 +79,31 @@ def children_to_check(steps: Iterable[tuple[int, str, str]]) -> list[int]:
     """The positions among ``(seq, status, kind)`` steps whose child run's liveness
     decides the wait: child steps not yet recorded as finished."""
     return [seq for seq, status, kind in steps if kind == StepKind.CHILD and status == StepStatus.WAITING]
+
+
+class TimerDisposition(enum.StrEnum):
+    """What happens to a run's timers when a wake-up for it is discarded (the engine that
+    got it cannot claim the run): the seed's ``resolveDiscardedTimerDisposition``."""
+
+    KEPT = "kept"
+    COLLECTED = "collected"
+
+
+_OWNED_OR_DUE_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PENDING})
+
+
+def discarded_wake_disposition(status: str | None) -> TimerDisposition:
+    """Kept while the run is running, waiting or pending (its owner, or the sweep, needs
+    the timers); collected when it is gone, finished or suspended."""
+    return TimerDisposition.KEPT if status in _OWNED_OR_DUE_STATUSES else TimerDisposition.COLLECTED
+
+
+def timers_surviving_collection(status: str | None) -> frozenset[TimerKind]:
+    """The kinds of unfired timers a collection leaves to a run in ``status`` (``None``:
+    the run is gone). A suspended run keeps its deadline and its queued attempts' leases
+    (resume re-arms the wait's timer); a finished run keeps its finalizer's."""
+    if status is None:
+        return frozenset()
+    if status == RunStatus.SUSPENDED:
+        return frozenset({TimerKind.DEADLINE, TimerKind.ACTIVITY, TimerKind.FINALIZER})
+    return frozenset({TimerKind.FINALIZER})

@@ -22,6 +22,7 @@ from ..engine.records import (
     TimerKind,
     TimerWrite,
 )
+from ..engine.waits import TimerDisposition, discarded_wake_disposition, timers_surviving_collection
 from ..models import Timer, Update
 from ..models.messages import UpdateStatus
 from .attempts import AttemptsMixin
@@ -122,33 +123,30 @@ class TurnsMixin(AttemptsMixin):
                 now,
             )
 
-    def _discard_wake(self, run_id: str, status: str | None) -> str:
+    def _discard_wake(self, run_id: str, status: str | None) -> TimerDisposition:
         """A wake-up (a turn's doorbell, say a timer's) reached an engine that cannot claim
-        the run: it is discarded. The run's timers are kept while it is running or waiting
-        (its owner, or the sweep, needs them) and collected when it is gone, finished or
-        suspended (resume re-arms the wait's timer; a suspended run keeps its deadline and
-        its queued attempts' leases)."""
-        if status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PENDING):
-            return "kept"
+        the run: it is discarded, and the run's timers are kept or collected as
+        :func:`~django_weft.engine.waits.discarded_wake_disposition` decides."""
+        if discarded_wake_disposition(status) == TimerDisposition.KEPT:
+            return TimerDisposition.KEPT
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.alias):
             # Read again under the row lock: a resume and a new park in between would
             # have re-armed the very timer rows this would delete.
             status = self._runs().select_for_update().filter(pk=key).values_list("status", flat=True).first()
-            if status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PENDING):
-                return "kept"
-            return self._collect_timers(run_id, key, status)
+            if discarded_wake_disposition(status) == TimerDisposition.KEPT:
+                return TimerDisposition.KEPT
+            self._collect_timers(run_id, key, status)
+            return TimerDisposition.COLLECTED
 
-    def _collect_timers(self, run_id: str, key: uuid.UUID, status: str | None) -> str:
+    def _collect_timers(self, run_id: str, key: uuid.UUID, status: str | None) -> None:
         timers = Timer.objects.using(self.alias).filter(run_id=key).unfired()
-        if status == RunStatus.SUSPENDED:
-            timers = timers.exclude(kind__in=[TimerKind.DEADLINE, TimerKind.ACTIVITY, TimerKind.FINALIZER])
-        elif status is not None:
-            timers = timers.exclude(kind=TimerKind.FINALIZER)
+        surviving = timers_surviving_collection(status)
+        if surviving:
+            timers = timers.exclude(kind__in=sorted(surviving))
         collected, _ = timers.delete()
         if collected:
             timer_log.info("run %s (%s): collected %d orphaned timer(s)", run_id, status or "gone", collected)
-        return "collected"
 
     def commit_step_atomic(
         self, run_id: str, owner: str, epoch: int, body: Callable[[], StepWrite]
