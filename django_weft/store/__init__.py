@@ -3,8 +3,9 @@
 Split by caller: :mod:`.turns` and :mod:`.turn_messages` (the engine's port),
 :mod:`.intake` (new runs, signals, updates), :mod:`.transitions` (cancel, suspend,
 resume, retry), :mod:`.attempts` and :mod:`.finalizers` (work on workers),
-:mod:`.children`, :mod:`.sweep`; every raw statement is in :mod:`.sql`. Callers see one
-class, :class:`DjangoStore`.
+:mod:`.children`, :mod:`.sweep`; :mod:`.waking` reads what the engine's wait decisions
+need; every raw statement is in :mod:`.sql`, the shared plumbing in :mod:`.base`.
+Callers see one class, :class:`DjangoStore`.
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ class StartedAttempt:
 
 
 class AttemptsMixin(WakingMixin):
+    """Queued activity attempts, for the owner that schedules them and the workers that run them."""
+
     def schedule_activity(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
     ) -> None:

@@ -26,6 +26,8 @@ from .transitions import TransitionsMixin
 
 
 class ChildrenMixin(TransitionsMixin):
+    """Child runs: started under the parent's fence, closed by its close policy (a cancel each)."""
+
     def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
         """Record the parent's child step and create the child run, in one fenced
         transaction. Raises ``WorkflowAlreadyExists`` (writing nothing) if a live run has

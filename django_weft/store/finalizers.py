@@ -35,6 +35,8 @@ from .sql import SqlStatements
 
 
 class FinalizersMixin(SqlStatements):
+    """A closed run's finalizer: scheduled by the close, attempts taken and recorded by workers."""
+
     def set_finalizer_state(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str
     ) -> None:

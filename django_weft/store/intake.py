@@ -21,6 +21,8 @@ from .sql import SqlStatements
 
 
 class IntakeMixin(SqlStatements):
+    """New runs, signals and updates from clients; none of it takes a lease."""
+
     def insert_runnable_run(self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool) -> None:
         """Insert a runnable run whose workflow id is its run id, in one INSERT (autocommit
         is fine: a new id cannot conflict). ``dispatched``: the caller rings its doorbell."""

@@ -29,6 +29,8 @@ timer_log = logging.getLogger("django_weft.timers")
 
 
 class SweepMixin(ChildrenMixin, AttemptsMixin):
+    """The sweep's batches; every row is taken with ``SKIP LOCKED``."""
+
     def fire_due_timers(self, batch: int) -> list[str]:
         """Fire up to ``batch`` due timers and make their runs runnable; return the run ids
         to dispatch. ``skip_locked`` lets several sweepers share the work: each timer is

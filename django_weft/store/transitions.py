@@ -68,6 +68,8 @@ class Transition:
 
 
 class TransitionsMixin(FinalizersMixin, WakingMixin):
+    """Transitions any process may commit; the closing ones rotate the epoch."""
+
     _LOCKED_FIELDS = ("status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id")
 
     def _lock_run(self, run_pk: uuid.UUID) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from .sql import SqlStatements
 
 
 class TurnMessagesMixin(SqlStatements):
+    """The owner's side of signals and updates during a turn, fenced on (owner, epoch)."""
+
     def pending_messages(self, run_id: str) -> list[PendingMessage]:
         """Unconsumed signals and accepted, unapplied updates of the run, oldest first.
 

@@ -34,6 +34,8 @@ timer_log = logging.getLogger("django_weft.timers")
 
 
 class TurnsMixin(AttemptsMixin):
+    """The owner's turn: claim, fenced writes, park, finish, release, renew."""
+
     def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
         """Claim a runnable run, or take over one whose lease expired more than ``grace``
         seconds ago. A waiting run whose timer is due is woken and claimed at once.

@@ -17,6 +17,8 @@ from .sql import SqlStatements
 
 
 class WakingMixin(SqlStatements):
+    """The facts a wait decision needs, and waking a parent its child's end satisfies."""
+
     def _wait_satisfied(self, run_id: str, waiting_on: dict[str, Any] | None) -> bool:
         """Whether a parked run needs a turn now: a message it waits for or handles is
         pending, or (decided by :meth:`ParkedWait.satisfied_by`) its queued activities or
