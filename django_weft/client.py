@@ -29,10 +29,20 @@ class WorkflowHandle:
         return runtime.get_run(self.run_id).status
 
     def describe(self) -> dict[str, Any]:
-        return runtime.describe(runtime.get_run(self.run_id))
+        """The run as a dict; :meth:`read` gives it as a typed record."""
+        return self.read().as_dict()
+
+    def read(self) -> runtime.RunRecord:
+        """The run as a :class:`~django_weft.runtime.RunRecord`."""
+        return runtime.read_run(self.run_id)
 
     def history(self) -> list[dict[str, Any]]:
-        return runtime.history(runtime.get_run(self.run_id))
+        """The recorded steps as dicts; :meth:`read_history` gives typed records."""
+        return [entry.as_dict() for entry in self.read_history()]
+
+    def read_history(self) -> list[runtime.HistoryEntry]:
+        """The recorded steps, in order, as :class:`~django_weft.runtime.HistoryEntry` records."""
+        return runtime.read_history(runtime.get_run(self.run_id))
 
     def signal(
         self, name: str, payload: Any = None, *, signal_id: str | None = None
@@ -101,16 +111,14 @@ def start(
     :func:`django_weft.runtime.start` for ``on_conflict``.
     """
     name = workflow if isinstance(workflow, str) else getattr(workflow, "name", workflow)
-    started = runtime.start(
-        name,
-        args,
-        kwargs,
+    options = runtime.StartOptions(
         id=id,
         on_conflict=on_conflict,
         execution_timeout=execution_timeout,
         start_delay=start_delay,
         search_attributes=search_attributes,
     )
+    started = runtime.start_with(name, args, kwargs, options)
     return WorkflowHandle(started.run_id, started.workflow_id)
 
 

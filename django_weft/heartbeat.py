@@ -1,123 +1,21 @@
-"""The lease heartbeat of a worker process.
-
-Every ``WEFT_LEASE_RENEW_INTERVAL`` it extends the leases of the runs this process's
-engine drives and of the queued activity attempts this process runs. One heartbeat
-thread per process: ``weft_worker`` starts it explicitly, Celery worker processes start
-it on their first task (:func:`ensure_heartbeat`), whatever the pool.
-"""
+"""Moved to :mod:`django_weft.runtime.heartbeat`; kept importable for existing imports."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import threading
-from collections.abc import Iterator
+from .runtime.heartbeat import (
+    Attempt,
+    Heartbeat,
+    ensure_heartbeat,
+    running_attempt,
+    running_attempts,
+    stop_heartbeat,
+)
 
-from django.db import close_old_connections, connections
-
-from .conf import weft_settings
-from .engine.executor import Engine
-
-logger = logging.getLogger("django_weft.heartbeat")
-
-Attempt = tuple[str, int, int]
-
-_running_lock = threading.Lock()
-_running: dict[Attempt, int] = {}
-
-
-@contextlib.contextmanager
-def running_attempt(run_id: str, seq: int, attempt: int) -> Iterator[None]:
-    """Mark a queued activity attempt as running in this process while the block runs,
-    so the heartbeat renews its lease."""
-    key = (str(run_id), seq, attempt)
-    with _running_lock:
-        _running[key] = _running.get(key, 0) + 1
-    try:
-        yield
-    finally:
-        with _running_lock:
-            if _running[key] == 1:
-                del _running[key]
-            else:
-                _running[key] -= 1
-
-
-def running_attempts() -> list[Attempt]:
-    with _running_lock:
-        return list(_running)
-
-
-class Heartbeat:
-    """A daemon thread renewing this process's leases until stopped."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="weft-heartbeat", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def beat(self) -> None:
-        """Renew everything once (the loop calls this; tests may too)."""
-        from .runtime import get_store
-
-        self.engine.renew_leases()
-        held = bool(self.engine.held())
-        attempts = running_attempts()
-        if attempts:
-            get_store().renew_activities(attempts, weft_settings.LEASE_TTL)
-        elif not held:
-            # Idle: do not keep a database connection open between bursts of work.
-            connections.close_all()
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(weft_settings.LEASE_RENEW_INTERVAL):
-                try:
-                    self.beat()
-                except Exception:
-                    logger.exception("lease renewal failed; retrying")
-                    close_old_connections()
-        finally:
-            connections.close_all()
-
-
-_process_lock = threading.Lock()
-_process_heartbeat: tuple[int, Heartbeat] | None = None
-
-
-def ensure_heartbeat() -> Heartbeat:
-    """Start this process's heartbeat if it is not running (safe after ``fork``: a
-    child process starts its own)."""
-    global _process_heartbeat
-    from .runtime import get_engine
-
-    with _process_lock:
-        current = _process_heartbeat
-        if current is not None and current[0] == os.getpid() and current[1].alive:
-            return current[1]
-        heartbeat = Heartbeat(get_engine())
-        heartbeat.start()
-        _process_heartbeat = (os.getpid(), heartbeat)
-        return heartbeat
-
-
-def stop_heartbeat() -> None:
-    global _process_heartbeat
-    with _process_lock:
-        current, _process_heartbeat = _process_heartbeat, None
-    if current is not None and current[0] == os.getpid():
-        current[1].stop()
+__all__ = [
+    "Attempt",
+    "Heartbeat",
+    "ensure_heartbeat",
+    "running_attempt",
+    "running_attempts",
+    "stop_heartbeat",
+]

@@ -15,8 +15,8 @@ logger = logging.getLogger("django_weft.celery")
 def release_held_runs(**_kwargs: Any) -> None:
     """A process that stops cleanly releases the runs it still holds (after a warm
     shutdown there are none), so other workers need not wait for the leases to expire."""
-    from ...heartbeat import stop_heartbeat
     from ...runtime import get_engine
+    from ...runtime.heartbeat import stop_heartbeat
 
     try:
         released = get_engine().release_all()

@@ -15,7 +15,7 @@ from celery import shared_task
 
 from ... import runtime
 from ...conf import weft_settings
-from ...heartbeat import ensure_heartbeat
+from ...runtime.heartbeat import ensure_heartbeat
 from . import ACTIVITY_TASK, TICK_TASK, TURN_TASK
 
 logger = logging.getLogger("django_weft.celery")

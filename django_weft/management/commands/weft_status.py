@@ -30,7 +30,7 @@ class Command(BaseCommand):
                 since = run.updated_at if label == "oldest waiting" else (run.ready_at or run.created_at)
                 age = (now - since).total_seconds()
                 self.stdout.write(
-                    f"{label}: {run.workflow_name} {run.workflow_id} (run {run.pk}), for {age:.1f}s"
+                    f"{label}: {run.workflow} {run.workflow_id} (run {run.run_id}), for {age:.1f}s"
                     + (f", waiting on {run.waiting_on.get('kind')}" if run.waiting_on else "")
                 )
         self.stdout.write(f"expired leases: {report.expired_leases}")

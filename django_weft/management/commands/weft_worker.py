@@ -13,8 +13,8 @@ from django.db import close_old_connections, connections
 
 from ... import runtime
 from ...conf import weft_settings
-from ...dispatch import LocalDispatcher, use_dispatcher
-from ...heartbeat import Heartbeat
+from ...runtime.dispatch import LocalDispatcher, use_dispatcher
+from ...runtime.heartbeat import Heartbeat
 
 logger = logging.getLogger("django_weft.worker")
 

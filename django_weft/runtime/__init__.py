@@ -1,0 +1,81 @@
+"""The one service path: start, message, change, run and read runs.
+
+The Python client, management commands, Celery tasks, admin actions and API views all
+call these functions; the runtime writes no rows itself (the store does). One module per
+concern: :mod:`.process` (this process's engine and store, the on-commit doorbell),
+:mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
+suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
+:mod:`.sweep` (``tick``), :mod:`.reading`; and :mod:`.dispatch`, :mod:`.heartbeat`,
+:mod:`.validation`.
+"""
+
+from __future__ import annotations
+
+from .dispatch import delivers, get_dispatcher
+from .lifecycle import cancel, resume, retry, suspend
+from .messages import SignalAccepted, query, signal, update, update_result
+from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
+from .reading import (
+    StatusReport,
+    describe,
+    get_run,
+    history,
+    read_history,
+    read_run,
+    result_of,
+    status_report,
+)
+from .records import HistoryEntry, RunRecord
+from .starts import (
+    ON_CONFLICT_CHOICES,
+    SignalWithStartResult,
+    StartOptions,
+    StartResult,
+    signal_with_start,
+    start,
+    start_with,
+)
+from .sweep import TickReport, tick
+from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_finalizer, run_turn
+
+__all__ = [
+    "ON_CONFLICT_CHOICES",
+    "ActivityOutcome",
+    "HistoryEntry",
+    "RunRecord",
+    "SignalAccepted",
+    "SignalWithStartResult",
+    "StartOptions",
+    "StartResult",
+    "StatusReport",
+    "TickReport",
+    "_CurrentDispatcher",
+    "_dispatch_on_commit",
+    "cancel",
+    "delivers",
+    "describe",
+    "dispatch_finalizer",
+    "get_dispatcher",
+    "get_engine",
+    "get_run",
+    "get_store",
+    "history",
+    "query",
+    "read_history",
+    "read_run",
+    "result_of",
+    "resume",
+    "retry",
+    "run_activity",
+    "run_finalizer",
+    "run_turn",
+    "signal",
+    "signal_with_start",
+    "start",
+    "start_with",
+    "status_report",
+    "suspend",
+    "tick",
+    "update",
+    "update_result",
+]

@@ -1,0 +1,297 @@
+"""Messages to runs: signals, updates (validated, then awaited) and queries (answered by
+a read-only replay)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from ..conf import weft_settings
+from ..engine import codec
+from ..engine.context import (
+    MAX_MESSAGE_NAME_LENGTH,
+    WorkflowContext,
+    _Unwind,
+    check_message_name,
+    describe_exception,
+)
+from ..engine.durations import Duration, parse_duration
+from ..engine.errors import (
+    ConfigurationError,
+    InvalidInput,
+    QueryFailed,
+    UnknownHandler,
+    UpdateFailed,
+    UpdateNotFound,
+    UpdateTimeout,
+    WorkflowTerminalError,
+)
+from ..engine.records import (
+    TERMINAL_STATUSES,
+    ClaimedRun,
+)
+from ..models import Signal, Update, WorkflowRun
+from ..models.messages import UpdateStatus
+from .dispatch import delivers, get_dispatcher
+from .process import _dispatch_on_commit, get_engine, get_store
+from .reading import get_run
+from .validation import validate_payload
+
+logger = logging.getLogger("django_weft.runtime")
+
+
+@dataclass(frozen=True)
+class SignalAccepted:
+    """The durable acceptance of a signal (the same one again for a repeated ``signal_id``)."""
+
+    run_id: str
+    name: str
+    signal_id: str | None
+    sequence: int
+    """The signal's row id: signals to one run are numbered in the order they arrived."""
+    received_at: datetime
+    duplicate: bool
+    """``True`` when ``signal_id`` had been accepted before: nothing new was stored."""
+
+
+def _message_name(name: Any, what: str) -> str:
+    try:
+        return check_message_name(name, what)
+    except ConfigurationError as exc:
+        raise InvalidInput(exc.message) from None
+
+
+def _message_key(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{what} must be a non-empty string; got {value!r}")
+    if len(value) > MAX_MESSAGE_NAME_LENGTH:
+        raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {MAX_MESSAGE_NAME_LENGTH}")
+    if any(ord(ch) < 32 for ch in value):
+        raise InvalidInput(f"{what} must not contain control characters")
+    return value
+
+
+def _encode_payload(payload: Any, what: str) -> Any:
+    return codec.loads(codec.dumps(payload, what=what, limit=weft_settings.MAX_PAYLOAD_BYTES))
+
+
+def _accepted(signal: Signal, duplicate: bool) -> SignalAccepted:
+    return SignalAccepted(
+        run_id=str(signal.run_id),
+        name=signal.name,
+        signal_id=signal.signal_id,
+        sequence=signal.pk,
+        received_at=signal.received_at,
+        duplicate=duplicate,
+    )
+
+
+def signal(
+    ref: str | uuid.UUID, name: str, payload: Any = None, *, signal_id: str | None = None
+) -> SignalAccepted:
+    """Send signal ``name`` to a run (run id, or workflow id for its latest run).
+
+    Durable on return: the signal is stored, and a run that waits for it or has a
+    handler for it is woken. Signals are consumed oldest first, per name. A repeated
+    ``signal_id`` (per run and name) stores nothing and returns the first acceptance.
+    Raises ``WorkflowNotFound``, ``WorkflowTerminalError`` (the run has finished:
+    nothing is stored) or ``InvalidInput`` / ``PayloadError`` for a bad name, id or
+    payload (over ``WEFT_MAX_PAYLOAD_BYTES``)."""
+    name = _message_name(name, "signal")
+    key = _message_key(signal_id, "signal_id") if signal_id is not None else None
+    value = _encode_payload(payload, f"the payload of signal {name}")
+    run = get_run(ref)
+    store = get_store()
+    with transaction.atomic(using=store.alias):
+        stored, duplicate, woken = store.deliver_signal(
+            run.pk, name, value, key, dispatched=delivers(get_dispatcher())
+        )
+        if woken:
+            _dispatch_on_commit(str(run.pk))
+    if not duplicate:
+        logger.info(
+            "run %s: signal %s received (#%s)%s", run.pk, name, stored.pk, " and woke it" if woken else ""
+        )
+    return _accepted(stored, duplicate)
+
+
+def _replay(run: WorkflowRun) -> WorkflowContext:
+    """The workflow's context at the end of its recorded history (read-only)."""
+    store = get_store()
+    claimed = ClaimedRun(
+        run_id=str(run.pk),
+        workflow_id=run.workflow_id,
+        workflow_name=run.workflow_name,
+        args=list(run.args or []),
+        kwargs=dict(run.kwargs or {}),
+        epoch=run.owner_epoch,
+        attempt=run.attempt,
+        created_at=run.created_at,
+        db_now=store.db_now(),
+        steps=store.load_steps(str(run.pk)),
+    )
+    return get_engine().replay_read_only(claimed)
+
+
+def query(ref: str | uuid.UUID, name: str, args: list[Any] | tuple[Any, ...] | None = None) -> Any:
+    """Answer query ``name`` of a run: replay its recorded history read-only (no activity
+    runs, nothing is written, no lease is taken) and call the handler the workflow
+    registered with ``ctx.on_query`` with ``*args``. Works on finished runs too.
+
+    Raises ``UnknownHandler`` (listing the registered names), ``QueryFailed`` when the
+    handler raises, ``NonDeterminismError`` when the code no longer matches the history."""
+    name = _message_name(name, "query")
+    if args is None:
+        args = []
+    if not isinstance(args, list | tuple):
+        raise InvalidInput(f"query args must be a list; got {type(args).__name__}")
+    values = _encode_payload(list(args), f"the arguments of query {name}")
+    run = get_run(ref)
+    ctx = _replay(run)
+    handler = ctx._query_handlers.get(name)
+    if handler is None:
+        raise _unknown_handler("query", name, run, ctx)
+    try:
+        value = handler(*values)
+        return codec.roundtrip(value, what=f"the result of query {name}")[0]
+    except _Unwind:
+        raise QueryFailed(
+            f"query {name!r} of run {run.pk} called a workflow operation (ctx.run, ctx.now, a wait...); "
+            "query handlers may only read the workflow's state",
+            run_id=str(run.pk),
+            name=name,
+        ) from None
+    except Exception as exc:
+        raise QueryFailed(
+            f"query {name!r} of run {run.pk} failed: {type(exc).__name__}: {exc}",
+            run_id=str(run.pk),
+            name=name,
+            error=describe_exception(exc),
+        ) from exc
+
+
+def _unknown_handler(kind: str, name: str, run: WorkflowRun, ctx: WorkflowContext) -> UnknownHandler:
+    registered = ctx.registered(kind)
+    return UnknownHandler(
+        f"workflow {run.workflow_name} (run {run.pk}) has no {kind} handler {name!r} at the point it "
+        f"has reached; registered {kind} handlers: {', '.join(registered) or 'none'}",
+        kind=kind,
+        name=name,
+        registered=registered,
+        run_id=str(run.pk),
+    )
+
+
+def update(
+    ref: str | uuid.UUID,
+    name: str,
+    payload: Any = None,
+    *,
+    update_id: str | None = None,
+    wait: Duration = 10,
+) -> Any:
+    """Send update ``name`` to a run and return its handler's result.
+
+    The payload is checked by the handler's validator (found by a read-only replay)
+    before anything is stored: a rejection raises ``UpdateValidationError`` with the
+    issues. An accepted update is durable; the run applies it at a recorded position
+    and the result is returned here within ``wait`` seconds, else ``UpdateTimeout``
+    carries the ``update_id`` to poll with :func:`update_result`. A repeated
+    ``update_id`` runs nothing new and returns (or waits for) the stored outcome.
+    Raises ``UpdateFailed`` when the handler raised, ``WorkflowTerminalError`` for a
+    finished run, ``UnknownHandler`` for a name the workflow does not handle."""
+    name = _message_name(name, "update")
+    key = _message_key(update_id, "update_id") if update_id is not None else uuid.uuid4().hex
+    seconds = parse_duration(wait, what="wait")
+    value = _encode_payload(payload, f"the payload of update {name}")
+    run = get_run(ref)
+    existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()
+    if existing is None:
+        if run.status in TERMINAL_STATUSES:
+            raise _terminal(run, f"update {name!r}")
+        ctx = _replay(run)
+        entry = ctx._update_handlers.get(name)
+        if entry is None:
+            raise _unknown_handler("update", name, run, ctx)
+        validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
+        store = get_store()
+        with transaction.atomic(using=store.alias):
+            existing, created, woken = store.accept_update(
+                run.pk, key, name, value, dispatched=delivers(get_dispatcher())
+            )
+            if woken:
+                _dispatch_on_commit(str(run.pk))
+        if created:
+            logger.info("run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "")
+    if existing.name != name:
+        raise InvalidInput(
+            f"update_id {key!r} of run {run.pk} was used for update {existing.name!r}, not {name!r}; "
+            "use a new update_id"
+        )
+    return _await_update(existing.pk, seconds)
+
+
+def update_result(ref: str | uuid.UUID, update_id: str, *, wait: Duration = 0) -> Any:
+    """The outcome of an accepted update: its result, or ``UpdateFailed``; waits up to
+    ``wait`` seconds for it, then raises ``UpdateTimeout``."""
+    key = _message_key(update_id, "update_id")
+    seconds = parse_duration(wait, what="wait")
+    run = get_run(ref)
+    pk = (
+        Update.objects.using(weft_settings.DATABASE_ALIAS)
+        .filter(run=run, update_id=key)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if pk is None:
+        raise UpdateNotFound(f"run {run.pk} has no update with update_id {key!r}", run_id=str(run.pk))
+    return _await_update(pk, seconds)
+
+
+def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
+    deadline = time.monotonic() + wait
+    updates = Update.objects.using(weft_settings.DATABASE_ALIAS)
+    delay = poll
+    while True:
+        row = updates.filter(pk=pk).values("status", "result", "error", "update_id", "run_id", "name").first()
+        if row is None:
+            raise UpdateNotFound(f"update {pk} no longer exists: its run was purged")
+        if row["status"] == UpdateStatus.COMPLETED:
+            return row["result"]
+        if row["status"] in (UpdateStatus.FAILED, UpdateStatus.REJECTED):
+            error = row["error"] or {}
+            raise UpdateFailed(
+                f"update {row['name']!r} ({row['update_id']}) of run {row['run_id']} failed: "
+                f"{error.get('type')}: {error.get('message')}",
+                run_id=str(row["run_id"]),
+                update_id=row["update_id"],
+                error_type=error.get("type"),
+                error_message=error.get("message"),
+                error_traceback=error.get("traceback"),
+            )
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise UpdateTimeout(
+                f"update {row['name']!r} of run {row['run_id']} is accepted but not applied yet "
+                f"after {wait} s; poll with update_result(..., {row['update_id']!r})",
+                run_id=str(row["run_id"]),
+                update_id=row["update_id"],
+            )
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 1.5, 0.1)
+
+
+def _terminal(run: WorkflowRun, what: str) -> WorkflowTerminalError:
+    return WorkflowTerminalError(
+        f"run {run.pk} ({run.workflow_name} {run.workflow_id}) is {run.status}: a finished run takes no "
+        f"{what}; start a new run",
+        run_id=str(run.pk),
+        workflow_id=run.workflow_id,
+        status=run.status,
+    )

@@ -1,0 +1,72 @@
+"""The sweep (``tick``): the database holds the pending work, and this finds it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..conf import weft_settings
+from ..engine.ports import Dispatcher
+from .dispatch import delivers, get_dispatcher
+from .process import get_store
+from .worker import dispatch_finalizer
+
+logger = logging.getLogger("django_weft.runtime")
+
+
+@dataclass
+class TickReport:
+    fired: int = 0
+    dispatched: int = 0
+    purged: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    taken_over: list[str] = field(default_factory=list)
+    """The dispatched runs whose owner's lease had expired (its worker died or stalled)."""
+    closed_children: list[str] = field(default_factory=list)
+    """Child runs cancelled because their parent had closed (its parent-close policy)."""
+    finalizers: int = 0
+    """Finalizer attempts sent (first attempts of timed-out runs, retries, lost attempts)."""
+
+
+_last_purge = [0.0]
+
+
+def tick(dispatcher: Dispatcher | None = None) -> TickReport:
+    """One sweep: fire due timers, then dispatch runnable runs and expired leases.
+
+    Safe to run from several processes at once: rows are taken with
+    ``select_for_update(skip_locked=True)``, so each timer fires once.
+    """
+    dispatcher = dispatcher or get_dispatcher()
+    store = get_store()
+    batch = weft_settings.TICK_BATCH
+    report = TickReport()
+    report.fired = len(store.fire_due_timers(batch))
+    # Children left running by parents that closed without applying their policy (a
+    # process died in between; timed-out parents always come this way).
+    report.closed_children = store.close_orphaned_children(batch)
+    store.wake_waiting_parents(batch)
+    finalizers = (
+        store.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER) if delivers(dispatcher) else []
+    )
+    for run_id, attempt in finalizers:
+        dispatch_finalizer(run_id, attempt, dispatcher)
+    report.finalizers = len(finalizers)
+    if delivers(dispatcher):
+        runnable, expired = store.claim_dispatch_batch(
+            batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE
+        )
+        ids = runnable + expired
+        for run_id in ids:
+            dispatcher.dispatch_turn(run_id)
+        if ids:
+            logger.debug("tick: dispatched %s", ", ".join(ids))
+        report.dispatched = len(ids)
+        report.run_ids = ids
+        report.taken_over = expired
+    retention = weft_settings.RETENTION
+    if retention is not None and time.monotonic() - _last_purge[0] > 60:
+        _last_purge[0] = time.monotonic()
+        report.purged = store.purge_terminal_before(store.db_now() - retention, batch)
+    return report

@@ -1,0 +1,23 @@
+"""The ORM adapter of the engine's store port: every fenced write lives here.
+
+Split by caller: :mod:`.turns` and :mod:`.turn_messages` (the engine's port),
+:mod:`.intake` (new runs, signals, updates), :mod:`.transitions` (cancel, suspend,
+resume, retry), :mod:`.attempts` and :mod:`.finalizers` (work on workers),
+:mod:`.children`, :mod:`.sweep`; :mod:`.waking` reads what the engine's wait decisions
+need; every raw statement is in :mod:`.sql`, the shared plumbing in :mod:`.base`.
+Callers see one class, :class:`DjangoStore`.
+"""
+
+from __future__ import annotations
+
+from .intake import IntakeMixin
+from .sweep import SweepMixin
+from .turn_messages import TurnMessagesMixin
+from .turns import TurnsMixin
+
+
+class DjangoStore(TurnsMixin, TurnMessagesMixin, IntakeMixin, SweepMixin):
+    """The engine's :class:`~django_weft.engine.ports.TurnStore` on a Django database."""
+
+
+__all__ = ["DjangoStore"]

@@ -1,0 +1,203 @@
+"""Queued activity attempts: scheduled by the owner, taken and recorded by whichever
+worker gets the message, fenced by (run, seq, attempt); their timers are their leases."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Case, F, JSONField, Q, Value, When
+
+from ..engine import codec
+from ..engine.error_types import ErrorType
+from ..engine.finalizers import FinalizerStatus
+from ..engine.records import (
+    FINALIZER_SEQ,
+    RunStatus,
+    StepStatus,
+    StepWrite,
+    TimerKind,
+    TimerWrite,
+)
+from ..models import Step, Timer
+from .waking import WakingMixin
+
+
+@dataclass(frozen=True)
+class StartedAttempt:
+    """A queued activity attempt this caller took: what it needs to run it."""
+
+    workflow_id: str
+    workflow_name: str
+    name: str
+    """The activity's name."""
+    args: dict[str, Any]
+    """The recorded call: ``{"args": [...], "kwargs": {...}}``."""
+
+
+class AttemptsMixin(WakingMixin):
+    """Queued activity attempts, for the owner that schedules them and the workers that run them."""
+
+    def schedule_activity(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
+    ) -> None:
+        """Record a queued attempt as scheduled with its dispatch deadline, fenced."""
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            self._write_step(cursor, run_id, owner, epoch, step)
+            self._write_timers(cursor, run_id, [timer], step.started_at)
+
+    def _lock_active_run(
+        self, key: uuid.UUID, *fields: str, suspended: bool = False
+    ) -> dict[str, Any] | None:
+        """Lock a running or waiting (or, with ``suspended``, suspended) run's row, first as
+        every writer does, and read ``fields``; ``None`` if the run is not in those states."""
+        statuses = [RunStatus.RUNNING, RunStatus.WAITING] + ([RunStatus.SUSPENDED] if suspended else [])
+        return self._runs().select_for_update().filter(pk=key, status__in=statuses).values(*fields).first()
+
+    def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> StartedAttempt | None:
+        """Take attempt ``attempt`` of the queued activity at ``seq`` for execution.
+
+        Exactly one caller wins per attempt: the step moves from ``scheduled`` to
+        ``started`` and its activity timer becomes the attempt's lease (``ttl`` from
+        now, renewed by the heartbeat). ``None`` for a duplicate delivery, a stale
+        attempt or a run that is no longer active."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            run = self._lock_active_run(key, "workflow_id", "workflow_name")
+            if run is None:
+                return None
+            now = self.db_now()
+            steps = Step.objects.using(self.alias).filter(run_id=key, seq=seq, attempt=attempt)
+            if not steps.filter(status=StepStatus.SCHEDULED).update(
+                status=StepStatus.STARTED, started_at=now, updated_at=now
+            ):
+                return None
+            row = steps.values("name", "args").get()
+            Timer.objects.using(self.alias).update_or_create(
+                run_id=key,
+                seq=seq,
+                kind=TimerKind.ACTIVITY,
+                defaults={"fire_at": now + timedelta(seconds=ttl), "fired_at": None},
+            )
+        return StartedAttempt(run["workflow_id"], run["workflow_name"], row["name"], row["args"] or {})
+
+    def finish_activity(
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        *,
+        status: str,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        body: Callable[[], tuple[str, str | None, str | None]] | None = None,
+    ) -> tuple[bool, bool]:
+        """Record the outcome of a started attempt and wake its run if that is what it
+        waits for. Returns ``(recorded, woken)``; ``recorded`` is ``False`` for a stale
+        attempt (lost and retried meanwhile) or a run that is no longer active.
+
+        ``body`` (an atomic activity) runs inside this transaction after the attempt is
+        confirmed and returns ``(status, result_json, error_json)``."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            # A suspended run keeps what its activities finish; it only is not woken.
+            run = self._lock_active_run(key, "status", "waiting_on", suspended=True)
+            if run is None:
+                return False, False
+            steps = Step.objects.using(self.alias).filter(
+                run_id=key, seq=seq, attempt=attempt, status=StepStatus.STARTED
+            )
+            if not list(steps.select_for_update().values_list("pk", flat=True)):
+                return False, False
+            if body is not None:
+                status, result_json, error_json = body()
+            now = self.db_now()
+            steps.update(
+                status=status,
+                result=codec.loads(result_json) if result_json is not None else None,
+                error=codec.loads(error_json) if error_json is not None else None,
+                finished_at=now,
+                updated_at=now,
+            )
+            Timer.objects.using(self.alias).filter(run_id=key, seq=seq, kind=TimerKind.ACTIVITY).delete()
+            woken = run["status"] == RunStatus.WAITING and self._wait_satisfied(run_id, run["waiting_on"])
+            if woken:
+                # dispatched_at: the caller rings the doorbell itself, so the sweep holds off.
+                self._runs().filter(pk=key).update(
+                    status=RunStatus.RUNNING, ready_at=now, dispatched_at=now, waiting_on=None, updated_at=now
+                )
+        return True, woken
+
+    def renew_activities(self, attempts: Iterable[tuple[str, int, int]], ttl: float) -> None:
+        """Extend the leases (activity timers) of attempts this process is running.
+
+        Only an attempt that is still current and started is renewed: a worker that comes
+        back from a stall after its attempt was lost and retried must not keep the new
+        attempt's deadline away. Rows locked right now are skipped (renewed next time)."""
+        condition = Q()
+        for run_id, seq, attempt in attempts:
+            if seq == FINALIZER_SEQ:
+                condition |= Q(
+                    run_id=uuid.UUID(str(run_id)),
+                    seq=seq,
+                    kind=TimerKind.FINALIZER,
+                    run__finalizer__attempt=attempt,
+                    run__finalizer__status=FinalizerStatus.RUNNING,
+                )
+                continue
+            condition |= Q(
+                run_id=uuid.UUID(str(run_id)),
+                seq=seq,
+                kind=TimerKind.ACTIVITY,
+                run__steps__seq=seq,
+                run__steps__attempt=attempt,
+                run__steps__status=StepStatus.STARTED,
+            )
+        if not condition:
+            return
+        timers = Timer.objects.using(self.alias)
+        with transaction.atomic(using=self.alias):
+            until = self.db_now() + timedelta(seconds=ttl)
+            ids = list(
+                timers.filter(condition, fired_at__isnull=True)
+                .select_for_update(skip_locked=True, of=("self",))
+                .values_list("pk", flat=True)
+            )
+            if ids:
+                timers.filter(pk__in=ids).update(fire_at=until)
+
+    def _lose_attempts(self, fired: Iterable[tuple[uuid.UUID, int]], now: datetime) -> None:
+        """Mark the queued attempts whose activity timer fired as lost: never started
+        (the message went missing) or started by a worker that stopped heartbeating.
+        The caller holds the run rows."""
+        condition = Q()
+        for run, seq in fired:
+            condition |= Q(run_id=run, seq=seq)
+        if not condition:
+            return
+        never_started = {
+            "type": ErrorType.DISPATCH_LOST,
+            "message": "the attempt was not picked up from its queue in time; it is sent again",
+            "started": False,
+        }
+        worker_lost = {
+            "type": ErrorType.WORKER_LOST,
+            "message": "the worker running this attempt stopped renewing its lease (crashed or killed)",
+            "started": True,
+            "retryable": True,
+        }
+        Step.objects.using(self.alias).filter(
+            condition, status__in=[StepStatus.SCHEDULED, StepStatus.STARTED]
+        ).update(
+            status=StepStatus.LOST,
+            error=Case(
+                When(status=StepStatus.STARTED, then=Value(worker_lost, output_field=JSONField())),
+                default=Value(never_started, output_field=JSONField()),
+            ),
+            result=Case(When(status=StepStatus.SCHEDULED, then=F("result")), default=None),
+            updated_at=now,
+        )

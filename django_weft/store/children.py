@@ -1,0 +1,104 @@
+"""Child workflows: the fenced start of a child, its outcome as the parent sees it, and
+the parent-close policy applied to the children of a closed run."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import IntegrityError, transaction
+
+from .. import signals
+from ..engine import codec
+from ..engine.error_types import ErrorType
+from ..engine.errors import (
+    WorkflowAlreadyExists,
+    WorkflowNotFound,
+    WorkflowTerminalError,
+)
+from ..engine.records import (
+    ACTIVE_STATUSES,
+    ChildOutcome,
+    ChildStart,
+    RunStatus,
+    StepWrite,
+)
+from .transitions import TransitionsMixin
+
+
+class ChildrenMixin(TransitionsMixin):
+    """Child runs: started under the parent's fence, closed by its close policy (a cancel each)."""
+
+    def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
+        """Record the parent's child step and create the child run, in one fenced
+        transaction. Raises ``WorkflowAlreadyExists`` (writing nothing) if a live run has
+        the child's workflow id."""
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            now = self.db_now()
+            try:
+                with transaction.atomic(using=self.alias):
+                    self._runs().create(
+                        id=uuid.UUID(child.run_id),
+                        workflow_id=child.workflow_id,
+                        workflow_name=child.workflow_name,
+                        workflow_version=child.workflow_version,
+                        status=RunStatus.RUNNING,
+                        args=codec.loads(child.args_json),
+                        kwargs=codec.loads(child.kwargs_json),
+                        parent_id=uuid.UUID(str(run_id)),
+                        parent_seq=step.seq,
+                        parent_close_policy=child.parent_close_policy,
+                        ready_at=now,
+                    )
+            except IntegrityError:
+                raise WorkflowAlreadyExists(
+                    f"a live run with workflow id {child.workflow_id!r} exists; a child workflow needs an "
+                    "id of its own (pass id=... to ctx.start_child)",
+                    workflow_id=child.workflow_id,
+                ) from None
+            self._announce(signals.run_started, child.run_id, child.workflow_id, child.workflow_name)
+
+    def child_outcome(self, run_id: str, seq: int) -> ChildOutcome | None:
+        """How the child started at ``seq`` ended, or ``None`` while it (or the run it
+        continued as) is live."""
+        # A continue-as-new chain has one run that is not ``continued``: its last.
+        latest = (
+            self._runs()
+            .filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq)
+            .exclude(status=RunStatus.CONTINUED)
+            .order_by("-created_at")
+            .values("pk", "workflow_id", "status", "result", "error")
+            .first()
+        )
+        if latest is None:
+            if self._runs().filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq).exists():
+                return None  # only continued runs: the successor's row is not visible yet
+            return ChildOutcome("", "", RunStatus.FAILED, error={"type": ErrorType.CHILD_GONE,
+                                "message": "the child run no longer exists (purged)"})  # fmt: skip
+        if latest["status"] in ACTIVE_STATUSES:
+            return None
+        return ChildOutcome(
+            str(latest["pk"]), latest["workflow_id"], latest["status"], latest["result"], latest["error"]
+        )
+
+    def close_children(self, run_id: str, reason: str) -> list[str]:
+        """Apply the parent-close policy to the live children of a closed run: cancel those
+        with "terminate" or "request_cancel" (each in a transaction of its own, after the
+        parent's), and theirs in turn. Returns the ids cancelled."""
+        cancelled: list[str] = []
+        children = list(
+            self._runs()
+            .filter(parent_id=uuid.UUID(str(run_id)), status__in=list(ACTIVE_STATUSES))
+            .exclude(parent_close_policy="abandon")
+            .values_list("pk", flat=True)
+        )
+        for child in children:
+            try:
+                with transaction.atomic(using=self.alias):
+                    self.cancel(child, reason)
+            except (WorkflowTerminalError, WorkflowNotFound):
+                continue  # finished meanwhile
+            cancelled.append(str(child))
+            cancelled += self.close_children(str(child), f"its parent run {child} was cancelled")
+        return cancelled

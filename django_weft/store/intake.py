@@ -1,0 +1,165 @@
+"""Intake: what clients send in (new runs, signals, updates). Nothing here takes a lease:
+the run is left unowned and runnable for a worker to claim."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models.functions import Now
+
+from .. import signals
+from ..engine.errors import (
+    WorkflowNotFound,
+    WorkflowTerminalError,
+)
+from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
+from ..models import Signal, Timer, Update, WorkflowRun
+from .sql import SqlStatements
+
+
+class IntakeMixin(SqlStatements):
+    """New runs, signals and updates from clients; none of it takes a lease."""
+
+    def insert_runnable_run(self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool) -> None:
+        """Insert a runnable run whose workflow id is its run id, in one INSERT (autocommit
+        is fine: a new id cannot conflict). ``dispatched``: the caller rings its doorbell."""
+        self._runs().create(
+            id=run_id,
+            workflow_id=str(run_id),
+            status=RunStatus.RUNNING,
+            ready_at=Now(),
+            dispatched_at=Now() if dispatched else None,
+            **fields,
+        )
+
+    def create_run(
+        self,
+        run_id: uuid.UUID,
+        workflow_id: str | None,
+        fields: dict[str, Any],
+        *,
+        timeout: float | None,
+        delay: float | None,
+        dispatched: bool,
+    ) -> tuple[WorkflowRun, datetime | None]:
+        """Insert the run with its deadline and delayed-start timers, in the caller's
+        transaction; returns the run and, for a delayed start, when it starts. A delayed
+        run is ``pending``, any other runnable. ``dispatched``: the caller rings the
+        doorbell of a runnable run on commit."""
+        now = self.db_now()
+        # A run whose doorbell is rung on commit counts as dispatched, so the sweep does not
+        # send a second message before a worker had the chance to claim it.
+        dispatched_at = now if dispatched and not delay else None
+        run = self._runs().create(
+            id=run_id,
+            workflow_id=workflow_id or str(run_id),
+            status=RunStatus.PENDING if delay else RunStatus.RUNNING,
+            ready_at=None if delay else now,
+            dispatched_at=dispatched_at,
+            execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
+            **fields,
+        )
+        if run.execution_deadline is not None:
+            # The deadline is a timer: the sweep times the run out when it fires.
+            Timer.objects.using(self.alias).create(
+                run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=run.execution_deadline
+            )
+        if not delay:
+            return run, None
+        fire_at = now + timedelta(seconds=delay)
+        Timer.objects.using(self.alias).create(
+            run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
+        )
+        return run, fire_at
+
+    def latest_run_locked(self, workflow_id: str) -> WorkflowRun | None:
+        """The live run with ``workflow_id`` if there is one (at most one exists), else the
+        newest finished one; in the caller's transaction, which on PostgreSQL then holds
+        the advisory lock of starts by that id (so "look, then create" cannot interleave)."""
+        if self.is_postgres:
+            self._lock_workflow_id(workflow_id)
+        runs = self._runs().for_workflow_id(workflow_id)
+        return runs.active().first() or runs.first()
+
+    def announce_run_started(self, run_id: str | uuid.UUID, workflow_id: str, workflow_name: str) -> None:
+        """Send ``run_started`` once the current transaction commits."""
+        self._announce(signals.run_started, run_id, workflow_id, workflow_name)
+
+    def _lock_for_message(self, run_pk: uuid.UUID) -> Mapping[str, Any]:
+        """Lock the run row for a message insert and check the run takes messages.
+
+        Taking the row lock serialises the insert with the run's park (which reads the
+        pending messages under the same lock): either the park sees the message and the
+        run stays runnable, or the insert sees the parked run and wakes it. It also
+        numbers a run's messages in commit order."""
+        run = (
+            self._runs()
+            .select_for_update()
+            .filter(pk=run_pk)
+            .values("status", "waiting_on", "workflow_id", "workflow_name")
+            .first()
+        )
+        if run is None:
+            raise WorkflowNotFound(f"run {run_pk} no longer exists", ref=str(run_pk))
+        return run
+
+    def _check_not_terminal(self, run_pk: uuid.UUID, run: Mapping[str, Any], what: str) -> None:
+        if run["status"] in TERMINAL_STATUSES:
+            raise WorkflowTerminalError(
+                f"run {run_pk} ({run['workflow_name']} {run['workflow_id']}) is {run['status']}: a "
+                f"finished run takes no {what}; start a new run",
+                run_id=str(run_pk),
+                workflow_id=run["workflow_id"],
+                status=run["status"],
+            )
+
+    def _wake_for_message(
+        self, run_pk: uuid.UUID, run: Mapping[str, Any], names_key: str, name: str, dispatched: bool
+    ) -> bool:
+        """Make a parked run runnable if ``name`` is among what it waits for or handles."""
+        waiting_on = run["waiting_on"] or {}
+        if run["status"] != RunStatus.WAITING or name not in (waiting_on.get(names_key) or []):
+            return False
+        now = self.db_now()
+        self._runs().filter(pk=run_pk).update(
+            status=RunStatus.RUNNING,
+            ready_at=now,
+            waiting_on=None,
+            dispatched_at=now if dispatched else None,
+            updated_at=now,
+        )
+        return True
+
+    def deliver_signal(
+        self, run_pk: uuid.UUID, name: str, payload: Any, signal_id: str | None, *, dispatched: bool
+    ) -> tuple[Signal, bool, bool]:
+        """Store a signal for the run, in the caller's transaction; returns ``(signal,
+        duplicate, woken)``. A repeated ``signal_id`` returns the stored signal. Raises
+        ``WorkflowTerminalError`` for a finished run (storing nothing)."""
+        run = self._lock_for_message(run_pk)
+        signals = Signal.objects.using(self.alias)
+        if signal_id is not None:
+            # Repeats serialise on the run row lock, so this look-up sees a concurrent one.
+            existing = signals.filter(run_id=run_pk, name=name, signal_id=signal_id).first()
+            if existing is not None:
+                return existing, True, False
+        self._check_not_terminal(run_pk, run, "signals")
+        stored = signals.create(run_id=run_pk, name=name, payload=payload, signal_id=signal_id)
+        return stored, False, self._wake_for_message(run_pk, run, "signals", name, dispatched)
+
+    def accept_update(
+        self, run_pk: uuid.UUID, update_id: str, name: str, payload: Any, *, dispatched: bool
+    ) -> tuple[Update, bool, bool]:
+        """Store an accepted update, in the caller's transaction; returns ``(update,
+        created, woken)``. An ``update_id`` stored meanwhile returns that update."""
+        run = self._lock_for_message(run_pk)
+        updates = Update.objects.using(self.alias)
+        existing = updates.filter(run_id=run_pk, update_id=update_id).first()
+        if existing is not None:
+            return existing, False, False
+        self._check_not_terminal(run_pk, run, "updates")
+        stored = updates.create(run_id=run_pk, update_id=update_id, name=name, payload=payload)
+        return stored, True, self._wake_for_message(run_pk, run, "updates", name, dispatched)

@@ -1,0 +1,313 @@
+"""Every raw SQL statement of the store, and the mapping of its rows to engine records.
+
+Fencing (DESIGN §4): a write an owner makes for its run succeeds only while the run
+row still names that owner at that epoch. The hot step commit is one statement, a
+conditional row lock feeding the step upsert (PostgreSQL: a ``FOR UPDATE`` CTE; SQLite:
+``INSERT ... SELECT ... WHERE`` under SQLite's single writer). External transitions
+lock the same row and rotate the epoch, so whichever commits second sees the other.
+
+Lease times use the database clock on PostgreSQL (``now()``), so clock skew between
+worker hosts cannot make a live lease look expired. SQLite is embedded: its clock is the
+local clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ..conf import weft_settings
+from ..engine import codec
+from ..engine.records import (
+    StepRecord,
+    StepWrite,
+    TimerWrite,
+)
+from ..models import Step, Timer, Update, WorkflowRun
+
+try:
+    import psycopg
+except ImportError:  # SQLite-only installs
+    psycopg = None  # type: ignore[assignment]
+
+from .base import StoreBase, _deposed, _unanswered_error
+
+RUN_TABLE = WorkflowRun._meta.db_table
+STEP_TABLE = Step._meta.db_table
+TIMER_TABLE = Timer._meta.db_table
+UPDATE_TABLE = Update._meta.db_table
+
+_STEP_COLUMNS = (
+    "run_id, seq, kind, name, status, args, result, error, attempt, "
+    "started_at, finished_at, created_at, updated_at"
+)
+_STEP_ON_CONFLICT = (
+    "ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
+    "result = excluded.result, error = excluded.error, attempt = excluded.attempt, "
+    "finished_at = excluded.finished_at, updated_at = excluded.updated_at"
+)
+
+
+_STEP_SQL: dict[str, str] = {}
+
+
+def _aware(value: str | datetime) -> datetime:
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        assert parsed is not None, value
+        value = parsed
+    if timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def _json(value: Any) -> Any:
+    return codec.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _step_record(row: Sequence[Any]) -> StepRecord:
+    """A :class:`StepRecord` from ``seq, kind, name, status, result, error, attempt,
+    started_at, finished_at`` columns."""
+    seq, kind, name, status, result, error, attempt, started, finished = row
+    return StepRecord(
+        seq=seq,
+        kind=kind,
+        name=name,
+        status=status,
+        result=_json(result),
+        error=_json(error),
+        attempt=attempt,
+        started_at=_aware(started) if started is not None else None,
+        finished_at=_aware(finished) if finished is not None else None,
+    )
+
+
+class SqlStatements(StoreBase):
+    """The statements written by hand: the claim, the step commit, the terminal commit,
+    lease renewal, timer upserts and the database clock."""
+
+    def db_now(self) -> datetime:
+        if self.is_postgres:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT now()")
+                return _aware(cursor.fetchone()[0])
+        return timezone.now()
+
+    def _transition_now(self) -> datetime:
+        """The database clock *after* the row lock was taken (``clock_timestamp()``, not the
+        transaction's start): later than every commit the lock waited for."""
+        if not self.is_postgres:
+            return timezone.now()
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            return _aware(cursor.fetchone()[0])
+
+    def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> tuple[Any, ...] | None:
+        # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
+        # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
+        returning = (
+            "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, parent_id"
+        )
+        if self.is_postgres:
+            sql = (
+                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
+                "waiting_on = NULL, updated_at = now() "
+                "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
+                "lease_expires_at < now() - %(grace)s * interval '1 second') "
+                f"{returning}, now()"
+            )
+            params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
+        else:
+            now = timezone.now()
+            sql = (
+                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
+                "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
+                "(owner_id IS NULL OR lease_expires_at < %(cutoff)s) "
+                f"{returning}, %(now)s"
+            )
+            params = {
+                "owner": owner,
+                "id": self._run_key(run_id),
+                "now": self._dt(now),
+                "until": self._dt(now + timedelta(seconds=ttl)),
+                "cutoff": self._dt(now - timedelta(seconds=grace)),
+            }
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+
+    def load_steps(self, run_id: str) -> dict[int, StepRecord]:
+        """The recorded steps of a run, in one query."""
+        sql = (
+            "SELECT seq, kind, name, status, result, error, attempt, started_at, finished_at "
+            f"FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"id": self._run_key(run_id)})
+            return {row[0]: _step_record(row) for row in cursor.fetchall()}
+
+    def _step_sql(self) -> str:
+        vendor = self.connection.vendor
+        sql = _STEP_SQL.get(vendor)
+        if sql is None:
+            sql = _STEP_SQL[vendor] = self._build_step_sql()
+        return sql
+
+    def _build_step_sql(self) -> str:
+        cast = "::jsonb" if self.is_postgres else ""
+        values = (
+            f"%(seq)s, %(kind)s, %(name)s, %(status)s, %(args)s{cast}, %(result)s{cast}, "
+            f"%(error)s{cast}, %(attempt)s, %(started)s, %(finished)s, %(stamp)s, %(stamp)s"
+        )
+        if self.is_postgres:
+            return (
+                f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND "
+                "owner_id = %(owner)s AND owner_epoch = %(epoch)s FOR UPDATE) "
+                f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT fence.id, {values} FROM fence "
+                f"{_STEP_ON_CONFLICT} RETURNING id"
+            )
+        return (
+            f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT id, {values} FROM {RUN_TABLE} "
+            "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
+            f"{_STEP_ON_CONFLICT} RETURNING id"
+        )
+
+    def _step_params(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> dict[str, Any]:
+        connection = self.connection
+        adapt = connection.ops.adapt_datetimefield_value
+        return {
+            "id": WorkflowRun._meta.pk.get_db_prep_value(uuid.UUID(str(run_id)), connection),
+            "owner": owner,
+            "epoch": epoch,
+            "seq": step.seq,
+            "kind": step.kind,
+            "name": step.name,
+            "status": step.status,
+            "args": step.args_json,
+            "result": step.result_json,
+            "error": step.error_json,
+            "attempt": step.attempt,
+            "started": adapt(step.started_at),
+            "finished": adapt(step.finished_at),
+            "stamp": adapt(step.finished_at or step.started_at),
+        }
+
+    def _write_step(
+        self, cursor: CursorWrapper, run_id: str, owner: str, epoch: int, step: StepWrite
+    ) -> None:
+        cursor.execute(self._step_sql(), self._step_params(run_id, owner, epoch, step))
+        self._check_step_written(cursor.fetchone(), run_id, owner, epoch, step)
+
+    @staticmethod
+    def _check_step_written(
+        row: tuple[Any, ...] | None, run_id: str, owner: str, epoch: int, step: StepWrite
+    ) -> None:
+        if row is None:
+            raise _deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
+
+    def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+        """Record one step in one statement, fenced on (owner, epoch). Raises ``Deposed``."""
+        connection = self.connection
+        if connection.vendor == "postgresql":
+            # The hottest statement: send it as a server-side prepared statement on the
+            # underlying psycopg connection, so PostgreSQL parses and plans it once per
+            # connection instead of once per step (Django's default client-side binding
+            # cannot prepare).
+            connection.ensure_connection()
+            raw = connection.connection
+            prepare = weft_settings.PREPARE_STATEMENTS
+            if prepare and raw.prepare_threshold is None:
+                # Django opens connections with prepared statements off, and psycopg then
+                # ignores prepare=True. Re-enable them with a threshold nothing reaches, so
+                # only statements asked for explicitly (this one) are prepared.
+                raw.prepare_threshold = 2**31 - 1
+            with psycopg.Cursor(raw) as cursor:
+                row = cursor.execute(
+                    self._step_sql(), self._step_params(run_id, owner, epoch, step), prepare=prepare or None
+                ).fetchone()
+            self._check_step_written(row, run_id, owner, epoch, step)
+            return
+        with connection.cursor() as cursor:
+            self._write_step(cursor, run_id, owner, epoch, step)
+
+    def _write_timers(
+        self, cursor: CursorWrapper, run_id: str, timers: Iterable[TimerWrite], now: datetime
+    ) -> None:
+        sql = (
+            f"INSERT INTO {TIMER_TABLE} (run_id, seq, kind, fire_at, fired_at, created_at) "
+            "VALUES (%(id)s, %(seq)s, %(kind)s, %(fire_at)s, NULL, %(now)s) "
+            "ON CONFLICT (run_id, seq, kind) DO UPDATE SET fire_at = excluded.fire_at, fired_at = NULL"
+        )
+        for timer in timers:
+            cursor.execute(
+                sql,
+                {
+                    "id": self._run_key(run_id),
+                    "seq": timer.seq,
+                    "kind": timer.kind,
+                    "fire_at": self._dt(timer.fire_at),
+                    "now": self._dt(now),
+                },
+            )
+
+    def _finish_in_one_statement(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        *,
+        status: str,
+        result_json: str | None,
+        error_json: str | None,
+        category: str,
+    ) -> tuple[str, str] | None:
+        """The owner's terminal commit on PostgreSQL; ``(workflow_id, workflow_name)``, or
+        ``None`` if the fence did not match (nothing written)."""
+        # One statement (one round trip): the conditional UPDATE is the fence, and the
+        # timer DELETE only sees a row if the UPDATE matched.
+        sql = (
+            f"WITH done AS (UPDATE {RUN_TABLE} SET status = %(status)s, result = %(result)s::jsonb, "
+            "error = %(error)s::jsonb, failure_category = %(category)s, owner_id = NULL, "
+            "lease_expires_at = NULL, ready_at = NULL, dispatched_at = NULL, waiting_on = NULL, "
+            "finished_at = now(), updated_at = now() "
+            "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
+            "RETURNING id, workflow_id, workflow_name), "
+            f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
+            "AND fired_at IS NULL), "
+            f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
+            "updated_at = now() WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
+            "SELECT workflow_id, workflow_name FROM done"
+        )
+        params = {
+            "status": status, "result": result_json, "error": error_json, "category": category,
+            "id": self._run_key(run_id), "owner": owner, "epoch": epoch,
+            "unanswered": codec.dumps(_unanswered_error(status)),
+        }  # fmt: skip
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def _renew_leases_in_one_statement(self, keys: list[Any], owner: str, ttl: float) -> None:
+        """PostgreSQL: extend the leases of the runs ``keys`` still owned by ``owner``,
+        skipping rows locked right now."""
+        sql = (
+            f"UPDATE {RUN_TABLE} SET lease_expires_at = now() + %(ttl)s * interval '1 second' "
+            f"WHERE id IN (SELECT id FROM {RUN_TABLE} WHERE id = ANY(%(ids)s) AND owner_id = %(owner)s "
+            "FOR UPDATE SKIP LOCKED)"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"ttl": ttl, "ids": keys, "owner": owner})
+
+    def _lock_workflow_id(self, workflow_id: str) -> None:
+        """PostgreSQL: a transaction-scoped advisory lock on a workflow id."""
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])

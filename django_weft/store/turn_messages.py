@@ -1,0 +1,124 @@
+"""The engine's port for messages during a turn: pending signals and updates, consuming
+a signal, applying and answering an update; all fenced."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from ..engine import codec
+from ..engine.records import (
+    MessageKind,
+    PendingMessage,
+    StepWrite,
+)
+from ..models import Signal, Timer, Update
+from ..models.messages import UpdateStatus
+from .base import _deposed
+from .sql import SqlStatements
+
+
+class TurnMessagesMixin(SqlStatements):
+    """The owner's side of signals and updates during a turn, fenced on (owner, epoch)."""
+
+    def pending_messages(self, run_id: str) -> list[PendingMessage]:
+        """Unconsumed signals and accepted, unapplied updates of the run, oldest first.
+
+        Signals and updates to one run are inserted under the run's row lock, so the ids
+        of each grow in commit order, and each kind keeps that order here; the two are
+        interleaved by their arrival times."""
+        key = uuid.UUID(str(run_id))
+        signals = [
+            (received, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload))
+            for pk, name, payload, received in Signal.objects.using(self.alias)
+            .filter(run_id=key, consumed_seq__isnull=True)
+            .order_by("id")
+            .values_list("pk", "name", "payload", "received_at")
+        ]
+        updates = [
+            (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id))
+            for pk, name, payload, update_id, created in Update.objects.using(self.alias)
+            .filter(run_id=key, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
+            .order_by("id")
+            .values_list("pk", "name", "payload", "update_id", "created_at")
+        ]
+        # A merge, not a sort: arrival times come from the senders' clocks, and a skewed
+        # clock may interleave the kinds oddly but must not reorder signals (or updates).
+        merged: list[PendingMessage] = []
+        i = j = 0
+        while i < len(signals) or j < len(updates):
+            if j == len(updates) or (i < len(signals) and signals[i][0] <= updates[j][0]):
+                merged.append(signals[i][2])
+                i += 1
+            else:
+                merged.append(updates[j][2])
+                j += 1
+        return merged
+
+    def finish_wait(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, *, signal_pk: int | None = None
+    ) -> None:
+        """Record the step of a message wait or a signal handler's application, consume
+        the signal it took and drop the wait's timeout timer, in one fenced transaction.
+        The step write locks the run row first (the order every writer follows)."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            if signal_pk is not None:
+                consumed = (
+                    Signal.objects.using(self.alias)
+                    .filter(pk=signal_pk, run_id=key, consumed_seq__isnull=True)
+                    .update(consumed_seq=step.seq)
+                )
+                if not consumed:
+                    raise AssertionError(f"signal {signal_pk} of run {run_id} was consumed twice")
+            Timer.objects.using(self.alias).filter(run_id=key, seq=step.seq).unfired().delete()
+
+    def apply_update(self, run_id: str, owner: str, epoch: int, step: StepWrite, update_pk: int) -> None:
+        """Record that the update's handler starts at ``step.seq`` (fenced); from then on
+        the update is not pending, and a crash re-runs the handler from its step."""
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            Update.objects.using(self.alias).filter(
+                pk=update_pk, run_id=uuid.UUID(str(run_id)), applied_seq__isnull=True
+            ).update(applied_seq=step.seq, updated_at=Now())
+
+    def answer_update(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        step: StepWrite,
+        update_pk: int,
+        *,
+        ok: bool,
+        result_json: str | None,
+        error_json: str | None,
+    ) -> None:
+        """Record the update's outcome on its step and on its row, fenced: the caller
+        waiting for the update reads the row."""
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            Update.objects.using(self.alias).filter(
+                pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
+            ).update(
+                status=UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
+                result=codec.loads(result_json) if result_json is not None else None,
+                error=codec.loads(error_json) if error_json is not None else None,
+                updated_at=Now(),
+            )
+
+    def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
+        """Answer a pending update with ``error`` without applying it, fenced."""
+        with transaction.atomic(using=self.alias):
+            if not list(self._owned(run_id, owner, epoch).select_for_update().values_list("pk", flat=True)):
+                raise _deposed(run_id, owner, epoch, f"failing update {update_pk}")
+            Update.objects.using(self.alias).filter(
+                pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
+            ).update(status=UpdateStatus.FAILED, error=error, updated_at=Now())

@@ -1,0 +1,378 @@
+"""The engine's port for a turn: claim, fenced step commits, park, the terminal commits,
+release and lease renewal (DESIGN §4)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ..engine import codec
+from ..engine.parking import TimerDisposition, discarded_wake_disposition, timers_surviving_collection
+from ..engine.records import (
+    RUN_LEVEL_SEQ,
+    ClaimedRun,
+    RunStatus,
+    StepWrite,
+    TimerKind,
+    TimerWrite,
+)
+from ..models import Timer, Update
+from ..models.messages import UpdateStatus
+from .attempts import AttemptsMixin
+from .base import _deposed, _unanswered_error
+from .sql import _aware, _json
+
+logger = logging.getLogger("django_weft.store")
+timer_log = logging.getLogger("django_weft.timers")
+
+
+class TurnsMixin(AttemptsMixin):
+    """The owner's turn: claim, fenced writes, park, finish, release, renew."""
+
+    def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
+        """Claim a runnable run, or take over one whose lease expired more than ``grace``
+        seconds ago. A waiting run whose timer is due is woken and claimed at once.
+
+        The history is read by a statement of its own *after* the claim: a claim that
+        waited for the row lock of a previous owner must see that owner's last commits,
+        which a read in the claiming statement (one snapshot) would miss. The first claim
+        of a run (epoch 1) skips the read: steps are only ever written under an owner's
+        epoch, so a run nobody owned before has none."""
+        row = self._claim_runnable(run_id, owner, ttl, grace)
+        if row is None:
+            # Not runnable: only a waiting or delayed run can still be claimed (woken by a
+            # due timer). A cheap unlocked look first spares the transaction in the
+            # common case of a duplicate delivery for a run that is owned or finished.
+            status = self._runs().filter(pk=run_id).values_list("status", flat=True).first()
+            if status in (RunStatus.WAITING, RunStatus.PENDING):
+                row = self._claim_woken(run_id, owner, ttl)
+            else:
+                self._discard_wake(run_id, status)
+            if row is None:
+                return None
+        workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, db_now = row
+        return ClaimedRun(
+            run_id=str(run_id),
+            workflow_id=workflow_id,
+            workflow_name=name,
+            args=_json(args) or [],
+            kwargs=_json(kwargs) or {},
+            epoch=int(epoch),
+            attempt=int(attempt),
+            created_at=_aware(created_at),
+            db_now=_aware(db_now),
+            steps={} if int(epoch) == 1 else self.load_steps(run_id),
+            parent_run_id=str(parent_id) if parent_id else None,
+        )
+
+    def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
+        """Fire the due timers of a waiting run and claim it, in one transaction."""
+        with transaction.atomic(using=self.alias):
+            run = (
+                self._runs()
+                .select_for_update(skip_locked=True)
+                .filter(pk=run_id, status__in=[RunStatus.WAITING, RunStatus.PENDING])
+                .first()
+            )
+            if run is None:
+                return None
+            now = self.db_now()
+            # Lock order is always run row, then timer rows (the sweep and park do the
+            # same), so a claim racing the sweep cannot deadlock; a timer the sweep holds
+            # is skipped, and the sweep then makes the run runnable itself.
+            timers = Timer.objects.using(self.alias)
+            # A due deadline is the sweep's: it times the run out (an external transition).
+            due = list(
+                timers.filter(run_id=run.pk)
+                .due(now)
+                .exclude(kind=TimerKind.DEADLINE)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", "seq", "kind")
+            )
+            if not due:
+                return None
+            timers.filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
+            for pk, seq, kind in due:
+                timer_log.debug("fired timer %s (run %s, position %s, %s) on claim", pk, run.pk, seq, kind)
+            self._lose_attempts([(run.pk, seq) for _, seq, kind in due if kind == TimerKind.ACTIVITY], now)
+            run.owner_epoch += 1
+            self._runs().filter(pk=run.pk).update(
+                status=RunStatus.RUNNING,
+                owner_id=owner,
+                owner_epoch=run.owner_epoch,
+                lease_expires_at=now + timedelta(seconds=ttl),
+                claimed_at=now,
+                ready_at=now,
+                waiting_on=None,
+                updated_at=now,
+            )
+            return (
+                run.workflow_id,
+                run.workflow_name,
+                run.args,
+                run.kwargs,
+                run.owner_epoch,
+                run.attempt,
+                run.created_at,
+                run.parent_id,
+                now,
+            )
+
+    def _discard_wake(self, run_id: str, status: str | None) -> TimerDisposition:
+        """A wake-up (a turn's doorbell, say a timer's) reached an engine that cannot claim
+        the run: it is discarded, and the run's timers are kept or collected as
+        :func:`~django_weft.engine.parking.discarded_wake_disposition` decides."""
+        if discarded_wake_disposition(status) == TimerDisposition.KEPT:
+            return TimerDisposition.KEPT
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            # Read again under the row lock: a resume and a new park in between would
+            # have re-armed the very timer rows this would delete.
+            status = self._runs().select_for_update().filter(pk=key).values_list("status", flat=True).first()
+            if discarded_wake_disposition(status) == TimerDisposition.KEPT:
+                return TimerDisposition.KEPT
+            self._collect_timers(run_id, key, status)
+            return TimerDisposition.COLLECTED
+
+    def _collect_timers(self, run_id: str, key: uuid.UUID, status: str | None) -> None:
+        timers = Timer.objects.using(self.alias).filter(run_id=key).unfired()
+        surviving = timers_surviving_collection(status)
+        if surviving:
+            timers = timers.exclude(kind__in=sorted(surviving))
+        collected, _ = timers.delete()
+        if collected:
+            timer_log.info("run %s (%s): collected %d orphaned timer(s)", run_id, status or "gone", collected)
+
+    def commit_step_atomic(
+        self, run_id: str, owner: str, epoch: int, body: Callable[[], StepWrite]
+    ) -> StepWrite:
+        """Lock and check the run row, run ``body`` (an atomic activity), record its step;
+        all in one transaction on the workflow database. Raises ``Deposed`` before
+        running ``body`` if the run is not ours; an exception from ``body`` rolls back."""
+        with transaction.atomic(using=self.alias):
+            locked = (
+                self._runs()
+                .select_for_update()
+                .filter(pk=run_id, owner_id=owner, owner_epoch=epoch)
+                .values_list("pk", flat=True)
+            )
+            if not list(locked):
+                raise _deposed(run_id, owner, epoch, "atomic activity")
+            step = body()
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+        return step
+
+    def park(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        waiting_on: dict[str, object],
+        steps: Iterable[StepWrite],
+        timers: Iterable[TimerWrite],
+    ) -> bool:
+        """Record the wait's steps and timers, set ``waiting`` and release, atomically.
+
+        If the run waits for queued activities and what it waits for has already
+        happened (an activity finished while the turn ran: its wake-up found the run
+        owned), the run is released runnable instead and ``True`` returned. The park and
+        the activity's completion both lock the run row, so one of them sees the other."""
+        with transaction.atomic(using=self.alias):
+            # Lock the run row first (fenced), then write timers: the run-then-timer lock
+            # order every writer follows.
+            if not list(self._owned(run_id, owner, epoch).select_for_update().values_list("pk", flat=True)):
+                raise _deposed(run_id, owner, epoch, "park")
+            now = timezone.now()
+            with self.connection.cursor() as cursor:
+                for step in steps:
+                    self._write_step(cursor, run_id, owner, epoch, step)
+                self._write_timers(cursor, run_id, timers, now)
+            if self._wait_satisfied(run_id, waiting_on):
+                if not self.release(run_id, owner, epoch):
+                    raise _deposed(run_id, owner, epoch, "park")
+                return True
+            parked = self._owned(run_id, owner, epoch).update(
+                status=RunStatus.WAITING,
+                waiting_on=waiting_on,
+                owner_id=None,
+                lease_expires_at=None,
+                ready_at=None,
+                dispatched_at=None,
+                updated_at=Now(),
+            )
+            if not parked:
+                raise _deposed(run_id, owner, epoch, "park")
+        return False
+
+    def _finish(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        what: str,
+        *,
+        status: str,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        category: str = "",
+        parent: str | None = None,
+    ) -> str | None:
+        """The owner's terminal commit: status, outcome, release and unfired timers removed,
+        fenced on (owner, epoch). A child run's commit also wakes its parent if the parent
+        waits for it, in the same transaction (the child's row is locked before the
+        parent's: descendants before ancestors, the order every writer follows); the
+        woken parent's id is returned for its doorbell."""
+        if parent is not None and status != RunStatus.CONTINUED:
+            with transaction.atomic(using=self.alias):
+                self._finish(
+                    run_id, owner, epoch, what, status=status, result_json=result_json,
+                    error_json=error_json, category=category,
+                )  # fmt: skip
+                return self._wake_parent(parent)
+        if self.is_postgres:
+            names = self._finish_in_one_statement(
+                run_id, owner, epoch, status=status, result_json=result_json, error_json=error_json,
+                category=category,
+            )  # fmt: skip
+            if names is None:
+                raise _deposed(run_id, owner, epoch, what)
+            self._announce_finish(run_id, names[0], names[1], status, error_json)
+            return None
+        with transaction.atomic(using=self.alias):
+            names = self._owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
+            finished = names is not None and self._owned(run_id, owner, epoch).update(
+                status=status,
+                result=codec.loads(result_json),
+                error=codec.loads(error_json),
+                failure_category=category,
+                owner_id=None,
+                lease_expires_at=None,
+                ready_at=None,
+                dispatched_at=None,
+                waiting_on=None,
+                finished_at=Now(),
+                updated_at=Now(),
+            )
+            if not finished:
+                raise _deposed(run_id, owner, epoch, what)
+            key = uuid.UUID(str(run_id))
+            Timer.objects.using(self.alias).filter(run_id=key).unfired().delete()
+            Update.objects.using(self.alias).filter(run_id=key, status=UpdateStatus.ACCEPTED).update(
+                status=UpdateStatus.FAILED, error=_unanswered_error(status), updated_at=Now()
+            )
+            assert names is not None
+            self._announce_finish(run_id, names[0], names[1], status, error_json)
+        return None
+
+    def complete(
+        self, run_id: str, owner: str, epoch: int, result_json: str, *, parent: str | None = None
+    ) -> str | None:
+        return self._finish(
+            run_id,
+            owner,
+            epoch,
+            "completion",
+            status=RunStatus.COMPLETED,
+            result_json=result_json,
+            parent=parent,
+        )
+
+    def fail(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        error_json: str,
+        category: str,
+        *,
+        parent: str | None = None,
+    ) -> str | None:
+        return self._finish(
+            run_id, owner, epoch, "failure", status=RunStatus.FAILED, error_json=error_json,
+            category=category, parent=parent,
+        )  # fmt: skip
+
+    def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
+        with transaction.atomic(using=self.alias):
+            run = self._owned(run_id, owner, epoch).select_for_update().first()
+            if run is None:
+                raise _deposed(run_id, owner, epoch, "continue_as_new")
+            successor_id = uuid.uuid4()
+            self._finish(
+                run_id,
+                owner,
+                epoch,
+                "continue_as_new",
+                status=RunStatus.CONTINUED,
+                result_json=codec.dumps({"continued_as": str(successor_id)}),
+            )
+            now = self.db_now()
+            self._runs().create(
+                id=successor_id,
+                workflow_id=run.workflow_id,
+                workflow_name=run.workflow_name,
+                workflow_version=run.workflow_version,
+                status=RunStatus.RUNNING,
+                args=codec.loads(args_json),
+                kwargs=codec.loads(kwargs_json),
+                parent_id=run.parent_id,
+                parent_seq=run.parent_seq,
+                parent_close_policy=run.parent_close_policy,
+                search_attributes=run.search_attributes,
+                execution_deadline=run.execution_deadline,
+                ready_at=now,
+            )
+            if run.execution_deadline is not None:
+                # The deadline covers the whole chain of runs: the successor keeps it.
+                Timer.objects.using(self.alias).create(
+                    run_id=successor_id,
+                    seq=RUN_LEVEL_SEQ,
+                    kind=TimerKind.DEADLINE,
+                    fire_at=run.execution_deadline,
+                )
+        return str(successor_id)
+
+    def release(self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True) -> bool:
+        """Drop ownership, keep status: the run stays runnable for another worker.
+
+        With ``redispatch=False`` the sweep waits ``WEFT_REDISPATCH_AFTER`` before sending it
+        out again (for a run this worker could not execute)."""
+        return bool(
+            self._owned(run_id, owner, epoch).update(
+                owner_id=None,
+                lease_expires_at=None,
+                dispatched_at=None if redispatch else Now(),
+                ready_at=Now(),
+                updated_at=Now(),
+            )
+        )
+
+    def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
+        """Extend the lease of every held run; return those no longer ours.
+
+        On PostgreSQL one statement renews them all and skips rows locked right now (an
+        atomic activity of this engine holds its run row): those are not renewed this
+        round but are not lost either. Ownership is then read without locks."""
+        if not held:
+            return set()
+        keys = {self._run_key(run_id): run_id for run_id in held}
+        if self.is_postgres:
+            self._renew_leases_in_one_statement(list(keys), owner, ttl)
+        else:
+            until = timezone.now() + timedelta(seconds=ttl)
+            self._runs().filter(pk__in=list(held), owner_id=owner).update(lease_expires_at=until)
+        current = {
+            str(pk): (owner_id, epoch)
+            for pk, owner_id, epoch in self._runs()
+            .filter(pk__in=list(held))
+            .values_list("pk", "owner_id", "owner_epoch")
+        }
+        return {run_id for run_id, epoch in held.items() if current.get(run_id) != (owner, epoch)}
