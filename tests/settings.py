@@ -90,7 +90,7 @@ WEFT_LEASE_TTL = 3
 WEFT_LEASE_RENEW_INTERVAL = 0.5
 WEFT_TAKEOVER_GRACE = 0.5
 WEFT_TICK_INTERVAL = float(os.environ.get("WEFT_TEST_TICK_INTERVAL", "0.2"))
-WEFT_REDISPATCH_AFTER = 1
+WEFT_REDISPATCH_AFTER = float(os.environ.get("WEFT_TEST_REDISPATCH_AFTER", "1"))
 
 # The in-process tests ring no doorbells; the Celery process tests (and the Celery worker
 # and beat processes they start) use the Celery dispatcher and a real broker.

@@ -51,6 +51,13 @@ class PayloadError(InvalidInput):
     """Arguments, results or payloads are not JSON-serialisable or are too large."""
 
 
+class WorkflowArgumentsError(InvalidInput):
+    """A start's arguments do not fit the workflow function's signature (a missing,
+    extra or unexpected keyword argument); nothing was written."""
+
+    workflow: str
+
+
 class WorkflowNotRegistered(WeftError, LookupError):
     """No workflow (or activity) is registered under the requested name."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .durations import Duration, parse_duration
-from .errors import ConfigurationError, DuplicateRegistration, WorkflowNotRegistered
+from .errors import ConfigurationError, DuplicateRegistration, WorkflowArgumentsError, WorkflowNotRegistered
 from .ports import get_starter
 from .retry import RetryPolicy
 
@@ -75,6 +75,22 @@ class Workflow(Generic[P, R]):
         installs one; see :func:`django_weft.engine.ports.set_starter`).
         """
         return get_starter()(self.name, args=list(args), kwargs=dict(kwargs))
+
+    def check_arguments(self, args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise :class:`WorkflowArgumentsError` if ``fn(ctx, *args, **kwargs)`` could not be
+        called: the start is refused at once instead of the run failing later."""
+        signature = self.parameters if self.parameters is not None else inspect.signature(self.fn)
+        try:
+            signature.bind(None, *args, **kwargs)  # None stands for ctx
+        except TypeError as exc:
+            shown = signature.replace(
+                parameters=list(signature.parameters.values())[1:], return_annotation=inspect.Signature.empty
+            )
+            raise WorkflowArgumentsError(
+                f"workflow {self.name!r} cannot be started with args={list(args)!r}, "
+                f"kwargs={dict(kwargs)!r}: {exc}. Its parameters after ctx are {shown}",
+                workflow=self.name,
+            ) from None
 
     def __repr__(self) -> str:
         return f"<Workflow {self.name}>"

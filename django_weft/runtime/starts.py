@@ -104,6 +104,7 @@ def _prepare_start(
     limit = weft_settings.MAX_PAYLOAD_BYTES
     args_value = codec.loads(codec.dumps(list(args), what="args", limit=limit))
     kwargs_value = codec.loads(codec.dumps(kwargs, what="kwargs", limit=limit))
+    definition.check_arguments(args_value, kwargs_value)
     search_attributes = options.search_attributes
     if search_attributes is None:
         search_attributes = {}

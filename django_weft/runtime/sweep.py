@@ -32,11 +32,17 @@ class TickReport:
 _last_purge = [0.0]
 
 
-def tick(dispatcher: Dispatcher | None = None) -> TickReport:
+def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None = None) -> TickReport:
     """One sweep: fire due timers, then dispatch runnable runs and expired leases.
 
     Safe to run from several processes at once: rows are taken with
     ``select_for_update(skip_locked=True)``, so each timer fires once.
+
+    ``redispatch_after`` (default ``WEFT_REDISPATCH_AFTER``) is how long a run that was
+    sent to a worker may stay unclaimed before this sweep sends it again. ``weft_worker``
+    passes 0: its sweep feeds its own threads, so a run that another process sent to a
+    queue nobody consumes (a Celery queue, with no Celery worker running) is taken at
+    the next tick instead of after ``WEFT_REDISPATCH_AFTER``.
     """
     dispatcher = dispatcher or get_dispatcher()
     store = get_store()
@@ -55,7 +61,9 @@ def tick(dispatcher: Dispatcher | None = None) -> TickReport:
     report.finalizers = len(finalizers)
     if delivers(dispatcher):
         runnable, expired = store.claim_dispatch_batch(
-            batch, weft_settings.REDISPATCH_AFTER, weft_settings.TAKEOVER_GRACE
+            batch,
+            weft_settings.REDISPATCH_AFTER if redispatch_after is None else redispatch_after,
+            weft_settings.TAKEOVER_GRACE,
         )
         ids = runnable + expired
         for run_id in ids:

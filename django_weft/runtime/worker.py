@@ -11,15 +11,8 @@ from django.db import transaction
 
 from ..conf import weft_settings
 from ..engine import codec, faults
-from ..engine.context import (
-    ActivityInfo,
-    _current_activity,
-    describe_exception,
-)
+from ..engine.activities import ActivityInfo, call_activity
 from ..engine.error_types import ErrorType
-from ..engine.errors import (
-    PayloadError,
-)
 from ..engine.executor import TurnOutcome
 from ..engine.finalizers import retry_in as finalizer_retry_in
 from ..engine.ports import Dispatcher
@@ -197,24 +190,19 @@ def dispatch_finalizer(run_id: str, attempt: int, dispatcher: Dispatcher | None 
 def _call_activity(
     act: Activity[..., Any], info: ActivityInfo, payload: dict[str, Any], alias: str
 ) -> tuple[str, str | None, str | None]:
-    """Run the activity function; return the step's (status, result_json, error_json).
+    """Run one attempt through the engine's one activity path; return the step's
+    (status, result_json, error_json).
 
     An atomic activity runs in a savepoint of the recording transaction, so a failed
     attempt's writes roll back while its failure is still recorded."""
-    token = _current_activity.set(info)
-    try:
-        if act.atomic:
-            with transaction.atomic(using=alias):
-                value = act.fn(*payload.get("args", []), **payload.get("kwargs", {}))
-                result_json = codec.dumps(value, what=f"the result of activity {act.name}")
-        else:
-            value = act.fn(*payload.get("args", []), **payload.get("kwargs", {}))
-            result_json = codec.dumps(value, what=f"the result of activity {act.name}")
-        return StepStatus.COMPLETED, result_json, None
-    except Exception as exc:
-        policy = act.retry or weft_settings.DEFAULT_RETRY_POLICY
-        error = describe_exception(exc)
-        error["retryable"] = policy.is_retryable(exc) and not isinstance(exc, PayloadError)
-        return StepStatus.ATTEMPT_FAILED, None, codec.dumps(error)
-    finally:
-        _current_activity.reset(token)
+    attempt = call_activity(
+        act,
+        info,
+        payload.get("args", []),
+        payload.get("kwargs", {}),
+        policy=act.retry or weft_settings.DEFAULT_RETRY_POLICY,
+        within=(lambda: transaction.atomic(using=alias)) if act.atomic else None,
+    )
+    if attempt.error is None:
+        return StepStatus.COMPLETED, attempt.result_json, None
+    return StepStatus.ATTEMPT_FAILED, None, codec.dumps({**attempt.error, "retryable": attempt.retryable})

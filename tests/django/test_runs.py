@@ -323,6 +323,33 @@ def test_bad_input_raises_a_clear_weft_error_and_writes_nothing(call, error, fra
     assert WorkflowRun.objects.count() == 0 and Timer.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs", "problem"),
+    [
+        ([], {}, "missing a required argument: 'n'"),
+        ([1, 2], {}, "too many positional arguments"),
+        ([1], {"m": 2}, "got an unexpected keyword argument 'm'"),
+        ([1], {"n": 2}, "multiple values for argument 'n'"),
+    ],
+    ids=["missing", "extra", "unexpected-keyword", "twice"],
+)
+def test_arguments_that_do_not_fit_the_signature_are_refused_at_start(args, kwargs, problem) -> None:  # type: ignore[no-untyped-def]
+    from django_weft import WorkflowArgumentsError
+
+    for start in (
+        lambda: client.start("tests.countdown", args=args, kwargs=kwargs, id="fit"),
+        lambda: client.signal_with_start("tests.countdown", args=args, kwargs=kwargs, id="fit", signal="go"),
+    ):
+        with pytest.raises(WorkflowArgumentsError) as info:
+            start()
+        assert isinstance(info.value, InvalidInput)
+        assert "workflow 'tests.countdown' cannot be started" in str(info.value)
+        assert problem in str(info.value) and "(n: 'int')" in str(info.value)
+    assert WorkflowRun.objects.count() == 0 and Timer.objects.count() == 0
+    client.start("tests.countdown", kwargs={"n": 1})  # what fits is accepted
+    client.start("tests.echo", args=[1, 2], kwargs={"any": "thing"})  # *args, **kwargs take anything
+
+
 @override_settings(WEFT_MAX_PAYLOAD_BYTES=100)
 def test_payload_over_the_limit_is_rejected() -> None:
     with pytest.raises(PayloadError, match="over the limit of 100 bytes"):

@@ -72,7 +72,11 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     settings_dict = connection.settings_dict
 
     def start(
-        faults: str | None = None, threads: int = 2, tick: float | None = None, args: tuple[str, ...] = ()
+        faults: str | None = None,
+        threads: int = 2,
+        tick: float | None = None,
+        args: tuple[str, ...] = (),
+        env_vars: dict[str, str] | None = None,
     ) -> WorkerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
         env.update(
@@ -89,6 +93,7 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
             env["WEFT_FAULTS"] = faults
         if tick is not None:
             env["WEFT_TEST_TICK_INTERVAL"] = str(tick)
+        env.update(env_vars or {})
         worker = WorkerProcess(tmp_path, len(workers), env, ["--threads", str(threads), *args])
         workers.append(worker)
         return worker

@@ -7,6 +7,7 @@ import time
 from datetime import datetime
 
 import pytest
+from django.test import override_settings
 
 from django_weft import UpdateTimeout, client
 from django_weft.models import Step, Update, WorkflowRun
@@ -159,3 +160,18 @@ def test_a_finalizer_runs_again_after_its_worker_was_killed_during_it(start_work
     )
     assert finalizer["attempt"] == 2 and finalizer["result"] == "cleaned booked"
     assert count("fk:cleanup") == 2  # at least once: it ran again after the kill
+
+
+def test_weft_worker_takes_a_run_sent_to_a_queue_nobody_consumes_within_a_tick(start_worker) -> None:  # type: ignore[no-untyped-def]
+    """With the Celery contrib app installed and only weft_worker running, a start marks
+    its run dispatched (to Celery); the worker's sweep takes it at its next tick, not
+    after WEFT_REDISPATCH_AFTER (15 s by default)."""
+    worker = start_worker(tick=1.0, env_vars={"WEFT_TEST_REDISPATCH_AFTER": "15"})
+    wait_for(lambda: "weft worker" in worker.log and "started" in worker.log, 30, "the worker to start")
+    time.sleep(1.5)  # past the worker's first tick
+    with override_settings(WEFT_DISPATCHER="tests.dispatchers.UnconsumedQueueDispatcher"):
+        started = time.monotonic()
+        handle = client.start("tests.echo", args=["hi"])
+        assert WorkflowRun.objects.get(pk=handle.run_id).dispatched_at is not None
+        assert handle.result(timeout=10) == {"args": ["hi"], "kwargs": {}}
+    assert time.monotonic() - started < 2.0, time.monotonic() - started

@@ -133,7 +133,9 @@ class InProcessWorker:
             started = time.monotonic()
             try:
                 self.dispatcher.release_due()
-                runtime.tick(self.dispatcher)
+                # 0: a run sent elsewhere (say to Celery) but not yet claimed is taken
+                # at once; this sweep's dispatches go to this process's own threads.
+                runtime.tick(self.dispatcher, redispatch_after=0.0)
             except Exception:
                 logger.exception("sweep failed; retrying")
                 close_old_connections()
