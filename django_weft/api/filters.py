@@ -43,6 +43,7 @@ class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 class RunFilter(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(
+        distinct=False,  # one row per run anyway; DISTINCT would sort every matching row
         choices=[(status.value, status.value) for status in RunStatus],
         help_text="Runs in any of these statuses (repeat the parameter for several).",
     )

@@ -40,6 +40,8 @@ from .permissions import permission_classes
 from .schema import document
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+_REF_PLACEHOLDER = "--weft-run-ref--"
+_NOT_SHOWN = ("finalizer_state", "finalizer", "dispatched_at", "claimed_at", "parent_close_policy")
 HISTORY_PAGE = 500
 
 ERRORS = OpenApiResponse(s.ErrorSerializer, description="The error envelope (see `error.code`).")
@@ -146,7 +148,11 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     serializer_class = s.RunSerializer
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
-        return visible_runs(self.request)
+        runs = visible_runs(self.request)
+        if self.action == "list":
+            # What a run's representation does not show stays in the database.
+            runs = runs.defer(*_NOT_SHOWN)
+        return runs
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -157,10 +163,18 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
             raise exceptions.NotFound(f"no workflow run has run id or workflow id {ref!r}")
         return run
 
-    def _shape(self, run: WorkflowRun) -> dict[str, Any]:
+    def _described(self, run: WorkflowRun, url_template: str | None = None) -> dict[str, Any]:
         data = runtime.describe(run)
-        data["url"] = self.reverse_action("detail", kwargs={"ref": str(run.pk)})
-        return dict(s.RunSerializer(data).data)
+        template = url_template or self._url_template()
+        data["url"] = template.replace(_REF_PLACEHOLDER, str(run.pk))
+        return data
+
+    def _url_template(self) -> str:
+        """The detail URL with a placeholder for the run id: one ``reverse`` per request."""
+        return str(self.reverse_action("detail", kwargs={"ref": _REF_PLACEHOLDER}))
+
+    def _shape(self, run: WorkflowRun) -> dict[str, Any]:
+        return dict(s.RunSerializer(self._described(run)).data)
 
     def _transition(self, ref: str, operation: Callable[[str], str]) -> Response:
         run = self._run(ref)
@@ -186,7 +200,10 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     def list(self, request: Request) -> Response:
         runs = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(runs)
-        return self.get_paginated_response([self._shape(run) for run in page or []])
+        # One serializer for the page: its fields are built once, not once per run.
+        template = self._url_template()
+        described = [self._described(run, template) for run in page or []]
+        return self.get_paginated_response(s.RunSerializer(described, many=True).data)
 
     @document(
         summary="Start a run",

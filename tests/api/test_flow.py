@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from django_weft import client
 from django_weft.models import Signal, WorkflowRun
 
 from ..integration.conftest import wait_for
@@ -172,3 +173,22 @@ def test_workflows_lists_parameters_and_counts(api: Api) -> None:
     sleepy = workflows["tests.sleepy"]["parameters"][0]
     assert sleepy["default"] == 2.0 and sleepy["required"] is False
     assert workflows["tests.m.collect"]["description"].startswith("Consumes")
+
+
+def test_a_list_page_costs_the_same_few_queries_whatever_its_length(
+    django_assert_max_num_queries: Any,
+) -> None:
+    from django.test import Client
+
+    from .conftest import WEFT_PERMISSIONS, make_user
+
+    user = make_user("counter", staff=True, permissions=WEFT_PERMISSIONS)
+    browser = Client()
+    browser.force_login(user)
+    for number in range(60):
+        client.start("tests.echo", args=[number], search_attributes={"n": number})
+    browser.get("/api/weft/runs/")  # warm the permission cache
+    # session, user, permissions, the page: never one query per run.
+    with django_assert_max_num_queries(5):
+        page = browser.get("/api/weft/runs/?page_size=50").json()
+    assert len(page["results"]) == 50 and page["next"]
