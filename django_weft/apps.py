@@ -5,7 +5,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
-from .engine.ports import set_starter
+from .engine.ports import set_payload_validator, set_starter
 
 
 def start_workflow(workflow_name: str, /, *, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -23,8 +23,10 @@ class WeftConfig(AppConfig):
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
         from .conf import weft_settings
+        from .runtime.validation import validate_payload
 
         set_starter(start_workflow)
+        set_payload_validator(validate_payload)
 
         module = weft_settings.AUTODISCOVER_MODULE
         if module:

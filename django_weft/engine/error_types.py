@@ -18,6 +18,8 @@ class ErrorType(enum.StrEnum):
     WORKER_LOST = "django_weft.WorkerLost"  # the worker running an attempt stopped heartbeating
     CHILD_GONE = "django_weft.ChildGone"  # a child run was purged before its parent saw it end
     ACTIVITY_NOT_REGISTERED = "django_weft.ActivityNotRegistered"  # unknown to the worker
+    UNKNOWN_HANDLER = "django_weft.UnknownHandler"  # an update the run blocked without a handler for
+    UPDATE_REJECTED = "django_weft.UpdateValidationError"  # an update its validator rejected in the run
 
 
 UPDATE_ERROR_ON_CLOSE: dict[str, ErrorType] = {

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 from . import codec, faults
 from .activities import describe_exception
 from .durations import Duration, parse_duration
-from .errors import ConfigurationError, NonDeterminismError, SignalTimeout
+from .error_types import ErrorType
+from .errors import ConfigurationError, NonDeterminismError, SignalTimeout, UpdateValidationError
+from .ports import get_payload_validator
 from .records import (
     MessageKind,
     PendingMessage,
@@ -296,16 +298,32 @@ class MessageHandling:
             return
         entry = self.update_handlers.get(message.name)
         if entry is None:
-            # Accepted against a replay that registered the handler, yet this code has
-            # none: the workflow changed under the run. Answer instead of leaving the
-            # caller waiting.
+            # The run blocks here without this handler: an update accepted before the run
+            # had registered its handlers (or against code that has since changed) is
+            # answered as unknown instead of leaving the caller waiting.
             error = {
-                "type": "django_weft.UnknownHandler",
+                "type": ErrorType.UNKNOWN_HANDLER,
                 "message": f"the workflow has no handler for update {message.name!r} at this point "
                 f"(handlers: {', '.join(self.registered('update')) or 'none'})",
+                "registered": self.registered("update"),
             }
             ctx._fence.write(ctx._engine.store.fail_update, message.pk, error)
             return
+        if not message.validated and entry.validator is not None:
+            # Accepted before the handler existed: its validator runs now, before the
+            # update is applied, and a rejection is answered without applying it.
+            try:
+                get_payload_validator()(
+                    entry.validator, message.payload, what=f"the validator of update {message.name!r}"
+                )
+            except UpdateValidationError as exc:
+                rejected = {
+                    "type": ErrorType.UPDATE_REJECTED,
+                    "message": exc.message,
+                    "issues": list(getattr(exc, "issues", [])),
+                }
+                ctx._fence.write(ctx._engine.store.fail_update, message.pk, rejected)
+                return
         seq = ctx._handler_position()
         info = {"update": message.pk, "update_id": message.update_id, "payload": message.payload}
         step = ctx._step(

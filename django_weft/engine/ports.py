@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from .errors import WeftError
+from .errors import UpdateValidationError, WeftError
 from .records import ChildOutcome, ChildStart, ClaimedRun, PendingMessage, StepWrite, TimerWrite
 
 
@@ -165,3 +165,37 @@ def get_starter() -> Starter:
             "the starter in ready()), or install one with django_weft.engine.ports.set_starter()"
         )
     return _starter
+
+
+class PayloadValidator(Protocol):
+    """Checks an update's payload with its handler's validator (a callable, a DRF
+    ``Serializer`` class or a pydantic model); raises ``UpdateValidationError``. The
+    app installs one in ``ready()`` (see :func:`set_payload_validator`)."""
+
+    def __call__(self, validator: Any, payload: Any, *, what: str) -> None: ...
+
+
+def _call_only(validator: Any, payload: Any, *, what: str) -> None:
+    """Without the app (engine tests): a validator is a callable that raises."""
+    try:
+        validator(payload)
+    except UpdateValidationError:
+        raise
+    except Exception as exc:
+        raise UpdateValidationError(
+            f"{what} rejected the payload: {exc}", issues=[{"field": None, "message": str(exc)}]
+        ) from None
+
+
+_payload_validator: PayloadValidator = _call_only
+
+
+def set_payload_validator(validator: PayloadValidator | None) -> None:
+    """Install the :class:`PayloadValidator` the engine uses for updates it validates
+    itself (``None`` restores the plain-callable one)."""
+    global _payload_validator
+    _payload_validator = validator if validator is not None else _call_only
+
+
+def get_payload_validator() -> PayloadValidator:
+    return _payload_validator

@@ -151,6 +151,8 @@ class PendingMessage:
     name: str
     payload: Any
     update_id: str | None = None
+    validated: bool = True
+    """False for an update accepted before the run registered its handler."""
 
 
 PARENT_CLOSE_POLICIES = ("terminate", "request_cancel", "abandon")

@@ -63,6 +63,9 @@ class Update(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     applied_seq = models.IntegerField(null=True, blank=True)
+    # False for an update accepted before the run had registered its handler: the run
+    # validates it when it gets to a blocking point with that handler.
+    validated = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -22,6 +22,7 @@ from ..engine.context import (
     describe_exception,
 )
 from ..engine.durations import Duration, parse_duration
+from ..engine.error_types import ErrorType
 from ..engine.errors import (
     ConfigurationError,
     InvalidInput,
@@ -30,11 +31,13 @@ from ..engine.errors import (
     UpdateFailed,
     UpdateNotFound,
     UpdateTimeout,
+    UpdateValidationError,
     WorkflowTerminalError,
 )
 from ..engine.records import (
     TERMINAL_STATUSES,
     ClaimedRun,
+    RunStatus,
 )
 from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
@@ -188,6 +191,11 @@ def _unknown_handler(kind: str, name: str, run: WorkflowRun, ctx: WorkflowContex
     )
 
 
+BLOCKED_STATUSES = frozenset({RunStatus.WAITING, RunStatus.SUSPENDED})
+"""A run in these statuses is parked at a blocking point: the handlers it has registered
+there are all it will have until it moves on."""
+
+
 def update(
     ref: str | uuid.UUID,
     name: str,
@@ -217,13 +225,19 @@ def update(
             raise _terminal(run, f"update {name!r}")
         ctx = _replay(run)
         entry = ctx._update_handlers.get(name)
-        if entry is None:
+        if entry is None and run.status in BLOCKED_STATUSES:
+            # The run waits at a point where no handler of that name exists.
             raise _unknown_handler("update", name, run, ctx)
-        validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
+        if entry is not None:
+            validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
+        # else: the run has not got to a blocking point yet (it was started a moment ago,
+        # or is running inline steps), so it may still register the handler: store the
+        # update, and the run validates and applies it, or rejects it as unknown, when
+        # it blocks next.
         store = get_store()
         with transaction.atomic(using=store.alias):
             existing, created, woken = store.accept_update(
-                run.pk, key, name, value, dispatched=delivers(get_dispatcher())
+                run.pk, key, name, value, dispatched=delivers(get_dispatcher()), validated=entry is not None
             )
             if woken:
                 _dispatch_on_commit(str(run.pk))
@@ -266,6 +280,16 @@ def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
             return row["result"]
         if row["status"] in (UpdateStatus.FAILED, UpdateStatus.REJECTED):
             error = row["error"] or {}
+            if error.get("type") == ErrorType.UNKNOWN_HANDLER:
+                raise UnknownHandler(
+                    f"update {row['name']!r} ({row['update_id']}) of run {row['run_id']}: "
+                    f"{error.get('message')}",
+                    kind="update",
+                    name=row["name"],
+                    registered=list(error.get("registered") or []),
+                )
+            if error.get("type") == ErrorType.UPDATE_REJECTED:
+                raise UpdateValidationError(str(error.get("message")), issues=list(error.get("issues") or []))
             raise UpdateFailed(
                 f"update {row['name']!r} ({row['update_id']}) of run {row['run_id']} failed: "
                 f"{error.get('type')}: {error.get('message')}",

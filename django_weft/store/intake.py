@@ -151,15 +151,25 @@ class IntakeMixin(SqlStatements):
         return stored, False, self._wake_for_message(run_pk, run, "signals", name, dispatched)
 
     def accept_update(
-        self, run_pk: uuid.UUID, update_id: str, name: str, payload: Any, *, dispatched: bool
+        self,
+        run_pk: uuid.UUID,
+        update_id: str,
+        name: str,
+        payload: Any,
+        *,
+        dispatched: bool,
+        validated: bool = True,
     ) -> tuple[Update, bool, bool]:
         """Store an accepted update, in the caller's transaction; returns ``(update,
-        created, woken)``. An ``update_id`` stored meanwhile returns that update."""
+        created, woken)``. An ``update_id`` stored meanwhile returns that update.
+        ``validated=False``: the run checks it against its handler when it applies it."""
         run = self._lock_for_message(run_pk)
         updates = Update.objects.using(self.alias)
         existing = updates.filter(run_id=run_pk, update_id=update_id).first()
         if existing is not None:
             return existing, False, False
         self._check_not_terminal(run_pk, run, "updates")
-        stored = updates.create(run_id=run_pk, update_id=update_id, name=name, payload=payload)
+        stored = updates.create(
+            run_id=run_pk, update_id=update_id, name=name, payload=payload, validated=validated
+        )
         return stored, True, self._wake_for_message(run_pk, run, "updates", name, dispatched)

@@ -39,11 +39,11 @@ class TurnMessagesMixin(SqlStatements):
             .values_list("pk", "name", "payload", "received_at")
         ]
         updates = [
-            (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id))
-            for pk, name, payload, update_id, created in Update.objects.using(self.alias)
+            (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id, validated))
+            for pk, name, payload, update_id, validated, created in Update.objects.using(self.alias)
             .filter(run_id=key, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
             .order_by("id")
-            .values_list("pk", "name", "payload", "update_id", "created_at")
+            .values_list("pk", "name", "payload", "update_id", "validated", "created_at")
         ]
         # A merge, not a sort: arrival times come from the senders' clocks, and a skewed
         # clock may interleave the kinds oddly but must not reorder signals (or updates).

@@ -192,3 +192,15 @@ def test_a_list_page_costs_the_same_few_queries_whatever_its_length(
     with django_assert_max_num_queries(5):
         page = browser.get("/api/weft/runs/?page_size=50").json()
     assert len(page["results"]) == 50 and page["next"]
+
+
+def test_start_then_update_at_once_over_http(api: Api, driver: Any) -> None:
+    """No wait between the start and the update: the run applies it when it gets there."""
+    run = api.post("runs/", {"workflow": "tests.m.cart", "args": ["at-once"]}).json()
+    updated = api.post(
+        f"runs/{run['run_id']}/update/", {"name": "address", "payload": {"city": "Rome"}, "wait": 20}
+    )
+    assert updated.status_code == 200, updated.text
+    assert updated.json()["result"] == {"address": {"city": "Rome"}, "items": 0}
+    unknown = api.post(f"runs/{run['run_id']}/update/", {"name": "nope", "wait": 20})
+    assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "unknown_handler"

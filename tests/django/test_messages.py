@@ -389,6 +389,7 @@ def test_an_update_handler_may_not_sleep_and_a_failing_handler_fails_only_the_up
 
 def test_updates_to_finished_runs_and_unknown_names_are_refused() -> None:
     handle = client.start("tests.m.cart", args=["t"])
+    park(handle.run_id)  # parked where its handlers are registered: an unknown name is refused at once
     with pytest.raises(UnknownHandler, match="registered update handlers: address, broken, close, nap"):
         handle.update("nope", wait=0)
     with pytest.raises(UpdateTimeout):
@@ -649,3 +650,44 @@ def test_update_result_of_an_unknown_update_id_is_a_lookup_error() -> None:
     handle = client.start("tests.m.cart", args=["n"])
     with pytest.raises(UpdateNotFound):
         handle.update_result("nope")
+
+
+# -- updates sent before the run has registered its handler ------------------------------
+
+
+def test_an_update_sent_right_after_the_start_is_applied_when_the_run_gets_there(driver: Driver) -> None:
+    """No sleep between start and update: the run has not registered its handler yet."""
+    handle = client.start("tests.m.cart", args=["early"])
+    assert handle.update("address", {"city": "Oslo"}, wait=20) == {"address": {"city": "Oslo"}, "items": 0}
+    assert handle.update("close", wait=20) == "closed"
+    assert handle.result(timeout=20)["address"] == {"city": "Oslo"}
+
+
+def test_an_early_update_with_no_handler_is_refused_once_the_run_blocks(driver: Driver) -> None:
+    handle = client.start("tests.m.cart", args=["early-unknown"])
+    with pytest.raises(UnknownHandler, match="no handler for update 'nope'") as caught:
+        handle.update("nope", {"x": 1}, wait=20)
+    assert caught.value.registered == ["address", "broken", "close", "nap"]
+    assert Update.objects.get(name="nope").status == "failed"
+    handle.update("close", wait=20)
+    assert handle.result(timeout=20)["closed"] is True
+
+
+def test_an_early_update_the_validator_rejects_is_refused_and_not_applied(driver: Driver) -> None:
+    handle = client.start("tests.m.cart", args=["early-invalid"])
+    with pytest.raises(UpdateValidationError, match="city is required") as caught:
+        handle.update("address", {"street": "Storgata 1"}, wait=20)
+    assert caught.value.issues == [{"field": None, "message": "city is required"}]
+    assert not SideEffect.objects.filter(key="early-invalid:address").exists()  # the handler never ran
+    assert handle.query("state")["address"] is None
+    handle.update("close", wait=20)
+    handle.result(timeout=20)
+
+
+def test_an_update_to_a_parked_run_that_its_validator_rejects_still_writes_nothing() -> None:
+    handle = client.start("tests.m.cart", args=["parked-invalid"])
+    park(handle.run_id)
+    before = (Update.objects.count(), Step.objects.count())
+    with pytest.raises(UpdateValidationError):
+        handle.update("address", {"street": "x"}, wait=0)
+    assert (Update.objects.count(), Step.objects.count()) == before
