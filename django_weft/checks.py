@@ -76,6 +76,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 id="django_weft.E016",
             )
         )
+    elif permissions is not None:
+        for path in permissions:
+            try:
+                import_string(path)
+            except ImportError as exc:
+                errors.append(
+                    Error(
+                        f"WEFT_API_PERMISSION_CLASSES names {path!r}, which cannot be imported: {exc}.",
+                        id="django_weft.E016",
+                    )
+                )
     errors.extend(_check_api())
     try:
         _ = weft_settings.RETENTION

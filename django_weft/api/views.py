@@ -28,7 +28,7 @@ from rest_framework.views import APIView
 
 from .. import runtime
 from ..conf import weft_settings
-from ..engine.errors import ResultTimeout, UpdateFailed, UpdateTimeout, WorkflowFailed
+from ..engine.errors import ResultTimeout, UpdateFailed, UpdateTimeout, WorkflowAlreadyExists, WorkflowFailed
 from ..engine.registry import registry
 from ..models import WorkflowRun
 from . import serializers as s
@@ -219,21 +219,44 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
         body = s.StartRunSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        started = runtime.start(
-            data["workflow"],
-            data["args"],
-            data["kwargs"],
-            id=_key(request, data.get("id")),
-            on_conflict=data["on_conflict"],
-            execution_timeout=data.get("execution_timeout"),
-            start_delay=data.get("start_delay"),
-            search_attributes=data["search_attributes"],
-        )
-        run = self._run(started.run_id)
-        shaped = self._shape(run)
+        try:
+            started = runtime.start(
+                data["workflow"],
+                data["args"],
+                data["kwargs"],
+                id=_key(request, data.get("id")),
+                on_conflict=data["on_conflict"],
+                execution_timeout=data.get("execution_timeout"),
+                start_delay=data.get("start_delay"),
+                search_attributes=data["search_attributes"],
+            )
+        except WorkflowAlreadyExists as exc:
+            if not self._visible(str(getattr(exc, "run_id", ""))):
+                raise self._taken(getattr(exc, "workflow_id", None)) from None
+            raise
+        if not self._visible(started.run_id):
+            if not started.created:
+                # An existing run outside the caller's runs: the id is taken, nothing more.
+                raise self._taken(started.workflow_id)
+            raise exceptions.NotFound("the run was started, but it is outside the runs you can see")
+        shaped = self._shape(runtime.get_run(started.run_id))
         if not started.created:
             return Response(shaped, status=status.HTTP_200_OK)
         return Response(shaped, status=status.HTTP_201_CREATED, headers={"Location": shaped["url"]})
+
+    def _visible(self, run_id: str) -> bool:
+        if weft_settings.API_RUN_FILTER is None:
+            return True
+        try:
+            return self.get_queryset().filter(pk=uuid.UUID(run_id)).exists()
+        except ValueError:
+            return False
+
+    @staticmethod
+    def _taken(workflow_id: str | None) -> WorkflowAlreadyExists:
+        return WorkflowAlreadyExists(
+            f"the workflow id {workflow_id!r} is taken; choose another id", workflow_id=workflow_id
+        )
 
     @document(summary="Get a run", parameters=[REF], responses={200: s.RunSerializer, **_errors()})
     def retrieve(self, request: Request, ref: str) -> Response:

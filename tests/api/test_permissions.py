@@ -116,3 +116,13 @@ def _snapshot() -> tuple[Any, ...]:
         sorted(WorkflowRun.objects.values_list("pk", "status", "owner_epoch")),
         Signal.objects.count(),
     )
+
+
+def test_the_run_filter_does_not_leak_a_taken_id(api: Api) -> None:
+    hidden = client.start("tests.sleepy", id="shared-id", search_attributes={"tier": "basic"})
+    with override_settings(WEFT_API_RUN_FILTER="tests.api.test_permissions.only_gold"):
+        response = api.post("runs/", {"workflow": "tests.sleepy", "id": "shared-id", "on_conflict": "fail"})
+        assert response.status_code == 409 and response.json()["error"]["code"] == "already_exists"
+        assert hidden.run_id not in response.text
+        found = api.post("runs/", {"workflow": "tests.sleepy", "id": "shared-id"})
+        assert found.status_code == 409 and hidden.run_id not in found.text

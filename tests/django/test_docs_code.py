@@ -118,9 +118,7 @@ def test_every_ctx_client_and_handle_member_the_docs_name_exists() -> None:
     mentions = _mentions()
     assert len(mentions) > 50
     missing = [
-        f"{where}: {receiver}.{name}"
-        for where, receiver, name in mentions
-        if name not in RECEIVERS[receiver]
+        f"{where}: {receiver}.{name}" for where, receiver, name in mentions if name not in RECEIVERS[receiver]
     ]
     assert not missing, "the docs name members that do not exist:\n" + "\n".join(missing)
 

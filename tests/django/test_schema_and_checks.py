@@ -40,6 +40,12 @@ def test_default_test_settings_pass_the_checks() -> None:
         ({"WEFT_DATABASE_ALIAS": "other"}, "django_weft.E013"),
         ({"WEFT_AUTODISCOVER_MODULE": "my-workflows"}, "django_weft.E015"),
         ({"WEFT_API_PERMISSION_CLASSES": "rest_framework.permissions.IsAdminUser"}, "django_weft.E016"),
+        ({"WEFT_API_PERMISSION_CLASSES": ["myproject.permissions.Nope"]}, "django_weft.E016"),
+        ({"WEFT_API_RUN_FILTER": "myproject.tenants.nowhere"}, "django_weft.E018"),
+        ({"WEFT_API_RUN_FILTER": 7}, "django_weft.E018"),
+        ({"WEFT_API_MAX_WAIT": "forever"}, "django_weft.E019"),
+        ({"WEFT_API_MAX_WAIT": -1}, "django_weft.E019"),
+        ({"WEFT_API_MAX_BODY_BYTES": 0}, "django_weft.E020"),
     ],
 )
 @pytest.mark.django_db
