@@ -55,6 +55,7 @@ def test_the_schema_and_its_pages_are_served_from_local_files(api: Api) -> None:
     assert api.as_user(None).get("schema/").status_code == 401
 
 
+@pytest.mark.fuzz
 @pytest.mark.django_db(transaction=True)
 def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None:
     make_user("fuzz", staff=True, permissions=WEFT_PERMISSIONS)
