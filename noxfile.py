@@ -2,8 +2,8 @@
 
 Each session runs the suite on PostgreSQL and SQLite, without the process-level tests
 (marked ``slow``: real worker, Celery and broker processes) and the schema fuzzing
-(``fuzz``), which the baseline run of ``scripts/test`` covers. Interpreters that are not installed are skipped (``nox``
-reports them), so the command works on any machine.
+(``fuzz``), which the baseline run of ``scripts/test`` covers. Interpreters that are not
+installed are skipped (``nox`` reports them), so the command works on any machine.
 """
 
 from __future__ import annotations
