@@ -44,8 +44,8 @@ def _example_env(state: Path, port: int) -> dict[str, str]:
     return env
 
 
-def test_the_example_stack_completes_200_orders_under_cpu_load_and_no_process_dies(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+def _start_stack(tmp_path: Path, state: Path) -> tuple[dict[str, str], subprocess.Popen[bytes], Path]:
+    """``scripts/run-example`` in its own session (so the test can stop all of it)."""
     env = _example_env(state, _free_port())
     log_path = tmp_path / "run-example.log"
     with log_path.open("wb") as log:
@@ -58,14 +58,24 @@ def test_the_example_stack_completes_200_orders_under_cpu_load_and_no_process_di
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+    return env, stack, log_path
+
+
+def _wait_until_up(stack: subprocess.Popen[bytes], log_path: Path) -> None:
+    wait_for(
+        lambda: "Ctrl-C stops" in log_path.read_text(errors="replace") or stack.poll() is not None,
+        120,
+        "the example stack to come up",
+        interval=0.5,
+    )
+
+
+def test_the_example_stack_completes_200_orders_under_cpu_load_and_no_process_dies(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env, stack, log_path = _start_stack(tmp_path, state)
     burner = None
     try:
-        wait_for(
-            lambda: "Ctrl-C stops" in log_path.read_text(errors="replace") or stack.poll() is not None,
-            120,
-            "the example stack to come up",
-            interval=0.5,
-        )
+        _wait_until_up(stack, log_path)
         assert stack.poll() is None, log_path.read_text(errors="replace")[-4000:]
         # Another process keeps a core busy meanwhile (bounded: it stops by itself).
         burn = "import time\nend = time.monotonic() + 240\nwhile time.monotonic() < end: pass"
@@ -114,25 +124,9 @@ def test_the_example_stack_completes_200_orders_under_cpu_load_and_no_process_di
 
 def test_run_example_names_the_process_that_died_and_shows_its_last_lines(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    env = _example_env(state, _free_port())
-    log_path = tmp_path / "run-example.log"
-    with log_path.open("wb") as log:
-        stack = subprocess.Popen(
-            ["bash", "scripts/run-example"],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    _, stack, log_path = _start_stack(tmp_path, state)
     try:
-        wait_for(
-            lambda: "Ctrl-C stops" in log_path.read_text(errors="replace") or stack.poll() is not None,
-            120,
-            "the example stack to come up",
-            interval=0.5,
-        )
+        _wait_until_up(stack, log_path)
         beat_pid = _pid_of(stack.pid, "beat")
         os.kill(beat_pid, signal.SIGKILL)
         stack.wait(60)
