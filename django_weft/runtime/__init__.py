@@ -12,6 +12,7 @@ suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
 from __future__ import annotations
 
 from .dispatch import delivers, get_dispatcher
+from .inprocess import InProcessWorker
 from .lifecycle import cancel, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
 from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
@@ -42,6 +43,7 @@ __all__ = [
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
     "HistoryEntry",
+    "InProcessWorker",
     "RunRecord",
     "SignalAccepted",
     "SignalWithStartResult",

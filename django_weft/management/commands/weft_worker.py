@@ -5,16 +5,12 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections, connections
 
-from ... import runtime
 from ...conf import weft_settings
-from ...runtime.dispatch import LocalDispatcher, use_dispatcher
-from ...runtime.heartbeat import Heartbeat
+from ...runtime import InProcessWorker
 
 logger = logging.getLogger("django_weft.worker")
 
@@ -75,86 +71,3 @@ class Command(BaseCommand):
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             weft_logger.addHandler(handler)
-
-
-class InProcessWorker:
-    """Turn threads, a sweep thread and a heartbeat thread sharing one engine."""
-
-    def __init__(self, *, threads: int, sweep: bool = True) -> None:
-        self.dispatcher = LocalDispatcher()
-        use_dispatcher(self.dispatcher)
-        self.engine = runtime.get_engine()
-        self._threads_wanted = threads
-        self._sweep = sweep
-        self._stopping = threading.Event()
-        # Leases are renewed until the very end of a shutdown, so draining turns keep them.
-        self._heartbeat = Heartbeat(self.engine)
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        for index in range(self._threads_wanted):
-            self._spawn(self._turn_loop, f"weft-turn-{index}")
-        if self._sweep:
-            self._spawn(self._sweep_loop, "weft-sweep")
-        self._heartbeat.start()
-
-    def _spawn(self, target: Any, name: str) -> None:
-        thread = threading.Thread(target=self._guard(target), name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
-    @staticmethod
-    def _guard(target: Any) -> Any:
-        def run() -> None:
-            try:
-                target()
-            finally:
-                connections.close_all()
-
-        return run
-
-    def _turn_loop(self) -> None:
-        while not self._stopping.is_set():
-            work = self.dispatcher.get(timeout=0.2)
-            if work is None:
-                continue
-            try:
-                if work.seq is not None and work.attempt is not None:
-                    runtime.run_activity(work.run_id, work.seq, work.attempt)
-                else:
-                    self.engine.run_turn(work.run_id)
-            except Exception:
-                logger.exception("run %s: %s crashed; it is retried after its lease expires", work.run_id,
-                                 "activity" if work.is_activity else "turn")  # fmt: skip
-                close_old_connections()
-
-    def _sweep_loop(self) -> None:
-        while not self._stopping.is_set():
-            started = time.monotonic()
-            try:
-                self.dispatcher.release_due()
-                # 0: a run sent elsewhere (say to Celery) but not yet claimed is taken
-                # at once; this sweep's dispatches go to this process's own threads.
-                runtime.tick(self.dispatcher, redispatch_after=0.0)
-            except Exception:
-                logger.exception("sweep failed; retrying")
-                close_old_connections()
-            interval = weft_settings.TICK_INTERVAL
-            pause = interval - (time.monotonic() - started)
-            next_due = self.dispatcher.next_due_in()
-            if next_due is not None:
-                pause = min(pause, next_due)
-            self._stopping.wait(max(pause, 0.0))
-
-    def stop(self, timeout: float) -> list[str]:
-        """Stop taking work, let running turns finish up to ``timeout``, release the rest."""
-        self._stopping.set()
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            if thread.name.startswith("weft-turn"):
-                thread.join(max(deadline - time.monotonic(), 0))
-        released = self.engine.release_all()
-        self._heartbeat.stop()
-        connections.close_all()
-        use_dispatcher(None)
-        return released
