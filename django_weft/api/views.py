@@ -163,17 +163,19 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
             raise exceptions.NotFound(f"no workflow run has run id or workflow id {ref!r}")
         return run
 
-    def _described(self, run: WorkflowRun, url_template: str | None = None) -> dict[str, Any]:
-        data = runtime.describe(run)
+    def _described(
+        self, run: WorkflowRun | runtime.RunRecord, url_template: str | None = None
+    ) -> dict[str, Any]:
+        data = run.as_dict() if isinstance(run, runtime.RunRecord) else runtime.describe(run)
         template = url_template or self._url_template()
-        data["url"] = template.replace(_REF_PLACEHOLDER, str(run.pk))
+        data["url"] = template.replace(_REF_PLACEHOLDER, str(data["run_id"]))
         return data
 
     def _url_template(self) -> str:
         """The detail URL with a placeholder for the run id: one ``reverse`` per request."""
         return str(self.reverse_action("detail", kwargs={"ref": _REF_PLACEHOLDER}))
 
-    def _shape(self, run: WorkflowRun) -> dict[str, Any]:
+    def _shape(self, run: WorkflowRun | runtime.RunRecord) -> dict[str, Any]:
         return dict(s.RunSerializer(self._described(run)).data)
 
     def _transition(self, ref: str, operation: Callable[[str], str]) -> Response:
@@ -239,7 +241,7 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
                 # An existing run outside the caller's runs: the id is taken, nothing more.
                 raise self._taken(started.workflow_id)
             raise exceptions.NotFound("the run was started, but it is outside the runs you can see")
-        shaped = self._shape(runtime.get_run(started.run_id))
+        shaped = self._shape(started.record or runtime.get_run(started.run_id))
         if not started.created:
             return Response(shaped, status=status.HTTP_200_OK)
         return Response(shaped, status=status.HTTP_201_CREATED, headers={"Location": shaped["url"]})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from ..store import DjangoStore
 from .dispatch import delivers, get_dispatcher
 from .messages import SignalAccepted, _accepted, _encode_payload, _message_key, _message_name
 from .process import _dispatch_on_commit, get_store
+from .records import RunRecord
 
 logger = logging.getLogger("django_weft.runtime")
 
@@ -41,6 +43,9 @@ class StartResult:
     run_id: str
     workflow_id: str
     created: bool
+    record: RunRecord | None = None
+    """The run as it stands after the start, where known without reading it again (a
+    run found by its id, or a plain start); ``None`` otherwise."""
 
 
 def _validate_workflow_id(workflow_id: Any) -> str:
@@ -178,17 +183,21 @@ def start_with(
     if spec.workflow_id is None and spec.delay is None and spec.timeout is None:
         # Nothing to look up, nothing to compute from the database clock: one INSERT in
         # autocommit (the run's new id cannot conflict), then the doorbell.
-        store.insert_runnable_run(run_id, spec.fields, dispatched=delivers(get_dispatcher()))
+        inserted = store.insert_runnable_run(run_id, spec.fields, dispatched=delivers(get_dispatcher()))
         _dispatch_on_commit(str(run_id))
         store.announce_run_started(run_id, str(run_id), spec.definition.name)
         logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
-        return StartResult(str(run_id), str(run_id), created=True)
+        # ready_at is the database's now() expression here; the record does not show it.
+        record = dataclasses.replace(RunRecord.of(inserted), ready_at=None)
+        return StartResult(str(run_id), str(run_id), created=True, record=record)
 
     def find_or_create() -> StartResult:
         if spec.workflow_id is not None:
             existing = _existing_for_start(store, spec.workflow_id, spec.on_conflict)
             if existing is not None:
-                return StartResult(str(existing.pk), existing.workflow_id, created=False)
+                return StartResult(
+                    str(existing.pk), existing.workflow_id, created=False, record=RunRecord.of(existing)
+                )
         run = _create_run(store, spec, run_id)
         return StartResult(str(run.pk), run.workflow_id, created=True)
 

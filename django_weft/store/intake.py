@@ -23,10 +23,14 @@ from .sql import SqlStatements
 class IntakeMixin(SqlStatements):
     """New runs, signals and updates from clients; none of it takes a lease."""
 
-    def insert_runnable_run(self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool) -> None:
+    def insert_runnable_run(
+        self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool
+    ) -> WorkflowRun:
         """Insert a runnable run whose workflow id is its run id, in one INSERT (autocommit
-        is fine: a new id cannot conflict). ``dispatched``: the caller rings its doorbell."""
-        self._runs().create(
+        is fine: a new id cannot conflict). ``dispatched``: the caller rings its doorbell.
+        Returns the instance as inserted: ``ready_at`` and ``dispatched_at`` hold the
+        database's ``now()`` expression, not their values."""
+        return self._runs().create(
             id=run_id,
             workflow_id=str(run_id),
             status=RunStatus.RUNNING,

@@ -204,3 +204,12 @@ def test_start_then_update_at_once_over_http(api: Api, driver: Any) -> None:
     assert updated.json()["result"] == {"address": {"city": "Rome"}, "items": 0}
     unknown = api.post(f"runs/{run['run_id']}/update/", {"name": "nope", "wait": 20})
     assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "unknown_handler"
+
+
+def test_the_start_answer_is_the_run_as_stored(api: Api) -> None:
+    """The start answers from what it inserted (no second read): it must equal a GET."""
+    for body in ({"workflow": "tests.echo", "args": [1]}, {"workflow": "tests.echo", "id": "stored-1"}):
+        started = api.post("runs/", body).json()
+        assert api.get(started["url"]).json() == started
+        again = api.post("runs/", {"workflow": "tests.echo", "id": started["workflow_id"]})
+        assert again.status_code == 200 and again.json() == started
