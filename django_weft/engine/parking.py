@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .error_types import ErrorType
 from .records import PENDING_STEP_STATUSES, RunStatus, StepKind, StepStatus, TimerKind
 
 NEEDS_DECISION = frozenset({StepStatus.ATTEMPT_FAILED, StepStatus.LOST})
@@ -107,3 +108,25 @@ def timers_surviving_collection(status: str | None) -> frozenset[TimerKind]:
     if status == RunStatus.SUSPENDED:
         return frozenset({TimerKind.DEADLINE, TimerKind.ACTIVITY, TimerKind.FINALIZER})
     return frozenset({TimerKind.FINALIZER})
+
+
+def handled_updates(waiting_on: Mapping[str, Any] | None, status: str) -> frozenset[str] | None:
+    """The update names a run parked with ``waiting_on`` (in ``status``) can apply where
+    it blocks, or ``None`` when that is not known (it is not parked at a blocking point
+    that handles messages). An update of any other name is refused: the run will not
+    register a handler before it moves on."""
+    if status not in (RunStatus.WAITING, RunStatus.SUSPENDED) or not waiting_on:
+        return None
+    names = waiting_on.get("updates")
+    return None if names is None else frozenset(names)
+
+
+def unknown_update_error(name: str, handled: Iterable[str]) -> dict[str, Any]:
+    """The stored error of an update refused because the run blocks without its handler."""
+    registered = sorted(handled)
+    return {
+        "type": ErrorType.UNKNOWN_HANDLER,
+        "message": f"the workflow has no handler for update {name!r} at the point where it waits "
+        f"(handlers: {', '.join(registered) or 'none'})",
+        "registered": registered,
+    }

@@ -34,10 +34,10 @@ from ..engine.errors import (
     UpdateValidationError,
     WorkflowTerminalError,
 )
+from ..engine.parking import handled_updates
 from ..engine.records import (
     TERMINAL_STATUSES,
     ClaimedRun,
-    RunStatus,
 )
 from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
@@ -191,11 +191,6 @@ def _unknown_handler(kind: str, name: str, run: WorkflowRun, ctx: WorkflowContex
     )
 
 
-BLOCKED_STATUSES = frozenset({RunStatus.WAITING, RunStatus.SUSPENDED})
-"""A run in these statuses is parked at a blocking point: the handlers it has registered
-there are all it will have until it moves on."""
-
-
 def update(
     ref: str | uuid.UUID,
     name: str,
@@ -225,7 +220,7 @@ def update(
             raise _terminal(run, f"update {name!r}")
         ctx = _replay(run)
         entry = ctx._update_handlers.get(name)
-        if entry is None and run.status in BLOCKED_STATUSES:
+        if entry is None and handled_updates(run.waiting_on, run.status) is not None:
             # The run waits at a point where no handler of that name exists.
             raise _unknown_handler("update", name, run, ctx)
         if entry is not None:

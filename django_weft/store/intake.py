@@ -12,9 +12,11 @@ from django.db.models.functions import Now
 
 from .. import signals
 from ..engine.errors import (
+    UnknownHandler,
     WorkflowNotFound,
     WorkflowTerminalError,
 )
+from ..engine.parking import handled_updates, unknown_update_error
 from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
 from ..models import Signal, Timer, Update, WorkflowRun
 from .sql import SqlStatements
@@ -173,6 +175,18 @@ class IntakeMixin(SqlStatements):
         if existing is not None:
             return existing, False, False
         self._check_not_terminal(run_pk, run, "updates")
+        if not validated:
+            # The caller saw the run before it blocked; it may have parked since. Parked
+            # without this handler, it will not apply the update: refuse it, store nothing.
+            handled = handled_updates(run["waiting_on"], run["status"])
+            if handled is not None and name not in handled:
+                error = unknown_update_error(name, handled)
+                raise UnknownHandler(
+                    f"run {run_pk}: {error['message']}",
+                    kind="update",
+                    name=name,
+                    registered=error["registered"],
+                )
         stored = updates.create(
             run_id=run_pk, update_id=update_id, name=name, payload=payload, validated=validated
         )

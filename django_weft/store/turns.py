@@ -14,7 +14,13 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..engine import codec
-from ..engine.parking import TimerDisposition, discarded_wake_disposition, timers_surviving_collection
+from ..engine.parking import (
+    TimerDisposition,
+    discarded_wake_disposition,
+    handled_updates,
+    timers_surviving_collection,
+    unknown_update_error,
+)
 from ..engine.records import (
     RUN_LEVEL_SEQ,
     ClaimedRun,
@@ -195,6 +201,9 @@ class TurnsMixin(AttemptsMixin):
                 for step in steps:
                     self._write_step(cursor, run_id, owner, epoch, step)
                 self._write_timers(cursor, run_id, timers, now)
+            handled = handled_updates(waiting_on, RunStatus.WAITING)
+            if handled is not None:
+                self._refuse_unhandled_updates(run_id, handled)
             if self._wait_satisfied(run_id, waiting_on):
                 if not self.release(run_id, owner, epoch):
                     raise _deposed(run_id, owner, epoch, "park")
@@ -211,6 +220,21 @@ class TurnsMixin(AttemptsMixin):
             if not parked:
                 raise _deposed(run_id, owner, epoch, "park")
         return False
+
+    def _refuse_unhandled_updates(self, run_id: str, handled: frozenset[str]) -> None:
+        """Answer the updates accepted before the run registered its handlers (so not yet
+        checked) that it blocks without a handler for, under the park's row lock: an
+        update sent during the turn cannot slip past both this and the turn's reads."""
+        refused = (
+            Update.objects.using(self.alias)
+            .filter(run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED, validated=False)
+            .exclude(name__in=handled)
+            .values_list("pk", "name")
+        )
+        for pk, name in list(refused):
+            Update.objects.using(self.alias).filter(pk=pk).update(
+                status=UpdateStatus.FAILED, error=unknown_update_error(name, handled), updated_at=Now()
+            )
 
     def _finish(
         self,

@@ -691,3 +691,42 @@ def test_an_update_to_a_parked_run_that_its_validator_rejects_still_writes_nothi
     with pytest.raises(UpdateValidationError):
         handle.update("address", {"street": "x"}, wait=0)
     assert (Update.objects.count(), Step.objects.count()) == before
+
+
+def test_an_early_update_is_refused_when_the_run_blocks_with_no_handlers_at_all() -> None:
+    handle = client.start("tests.sleepy", kwargs={"seconds": 60})
+    with pytest.raises(UpdateTimeout) as accepted:
+        handle.update("nope", {"x": 1}, wait=0)
+    park(handle.run_id)  # blocks in ctx.sleep, with no update handler registered
+    with pytest.raises(UnknownHandler, match="no handler for update 'nope'") as caught:
+        handle.update_result(accepted.value.update_id)
+    assert caught.value.registered == []
+    assert Update.objects.get().status == "failed"
+
+
+def test_an_early_update_meeting_a_run_that_parked_meanwhile_is_refused_and_not_stored() -> None:
+    """The caller's check saw the run runnable; the run parked before the update was
+    stored: the store, under the run's row lock, refuses a name the parked run lacks."""
+    handle = client.start("tests.m.cart", args=["raced"])
+    park(handle.run_id)
+    store = DjangoStore()
+    with pytest.raises(UnknownHandler, match="'nope'"):
+        store.accept_update(
+            WorkflowRun.objects.get().pk, "u-1", "nope", None, dispatched=False, validated=False
+        )
+    assert not Update.objects.exists()
+    stored, created, woken = store.accept_update(
+        WorkflowRun.objects.get().pk, "u-2", "close", None, dispatched=False, validated=False
+    )
+    assert created and woken and stored.validated is False  # known there: the run checks it
+
+
+def test_a_run_suspended_before_it_blocked_takes_an_early_update_and_decides_later() -> None:
+    handle = client.start("tests.m.cart", args=["suspended-early"])
+    handle.suspend()  # never ran: suspended with nothing known of its handlers
+    with pytest.raises(UpdateTimeout) as accepted:
+        handle.update("nope", wait=0)
+    handle.resume()
+    park(handle.run_id)
+    with pytest.raises(UnknownHandler):
+        handle.update_result(accepted.value.update_id)

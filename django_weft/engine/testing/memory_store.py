@@ -172,10 +172,13 @@ class MemoryStore:
             if run.status in (RunStatus.WAITING, RunStatus.PENDING):
                 if not self._fire_due_timers(run):
                     return None
-            elif run.status != RunStatus.RUNNING or (run.owner is not None and not (
-                run.lease_expires_at is not None
-                and run.lease_expires_at < self.now - timedelta(seconds=grace)
-            )):
+            elif run.status != RunStatus.RUNNING or (
+                run.owner is not None
+                and not (
+                    run.lease_expires_at is not None
+                    and run.lease_expires_at < self.now - timedelta(seconds=grace)
+                )
+            ):
                 return None
             run.status, run.waiting_on = RunStatus.RUNNING, None
             run.owner, run.epoch = owner, run.epoch + 1
