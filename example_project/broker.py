@@ -47,7 +47,8 @@ _WRITING = ".writing"
 
 class Channel(filesystem.Channel):
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
-        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        # Zero-padded, so that names sort in time order (readers take the oldest first).
+        name = f"{round(monotonic() * 1000):016d}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         partial = final + _WRITING
         try:

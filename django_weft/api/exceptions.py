@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -112,6 +113,8 @@ def weft_exception_handler(exc: Exception, context: dict[str, Any]) -> Response 
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError({"": list(exc.messages)})
     if not isinstance(exc, exceptions.APIException):
         return None
     code = next((code for klass, code in _DRF_CODES.items() if isinstance(exc, klass)), "error")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,7 @@ from ..models import WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
 
 SEARCH_PREFIX = "search."
-_ATTRIBUTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,99}$")
+_ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,99}")
 
 
 class UTCIsoDateTimeField(IsoDateTimeField):
@@ -66,12 +67,18 @@ def _candidates(raw: str) -> list[Any]:
     """A query-string value as the typed values it may stand for: ``7`` is 7 or "7"."""
     values: list[Any] = [raw]
     try:
-        parsed = json.loads(raw)
+        parsed = json.loads(raw, parse_constant=_not_a_number)
     except ValueError:
         return values
+    if isinstance(parsed, float) and not math.isfinite(parsed):
+        return values  # 1e999: no JSON document holds it
     if isinstance(parsed, bool | int | float) or parsed is None:
         values.append(parsed)
     return values
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 class SearchAttributeFilter(BaseFilterBackend):
@@ -85,11 +92,18 @@ class SearchAttributeFilter(BaseFilterBackend):
             if not key.startswith(SEARCH_PREFIX):
                 continue
             attribute = key[len(SEARCH_PREFIX) :]
-            if not _ATTRIBUTE.match(attribute):
+            if not _ATTRIBUTE.fullmatch(attribute) or "__" in attribute:
                 raise exceptions.ValidationError(
-                    {key: "A search attribute name is letters, digits, _ and -, starting with a letter or _."}
+                    {
+                        key: "A search attribute name is letters, digits, _ and - (no double _), "
+                        "starting with a letter or _."
+                    }
                 )
             for raw in request.query_params.getlist(key):
+                if "\x00" in raw:
+                    raise exceptions.ValidationError(
+                        {key: "A search value must not contain a NUL character."}
+                    )
                 matches = [queryset.search(**{attribute: value}) for value in _candidates(raw)]
                 combined = matches[0]
                 for extra in matches[1:]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from rest_framework.pagination import CursorPagination
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import Cursor, CursorPagination
 
 
 class RunCursorPagination(CursorPagination):
@@ -13,3 +17,15 @@ class RunCursorPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def decode_cursor(self, request: Any) -> Cursor | None:
+        cursor: Cursor | None = super().decode_cursor(request)
+        # The position is a creation time; anything else is a tampered cursor.
+        if cursor is not None and cursor.position is not None:
+            try:
+                valid = parse_datetime(cursor.position) is not None
+            except ValueError:
+                valid = False
+            if not valid:
+                raise NotFound(self.invalid_cursor_message)
+        return cursor

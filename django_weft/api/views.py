@@ -9,9 +9,11 @@ import inspect
 import json
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from functools import lru_cache
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Count, QuerySet
 from django.utils.module_loading import import_string
 from django_filters.rest_framework import DjangoFilterBackend
@@ -35,7 +37,7 @@ from . import serializers as s
 from .exceptions import weft_exception_handler
 from .filters import RunFilter, SearchAttributeFilter
 from .pagination import RunCursorPagination
-from .parsers import BoundedJSONParser, body_limit, too_large
+from .parsers import BoundedJSONParser, body_limit, declared_length, too_large
 from .permissions import permission_classes
 from .schema import document
 
@@ -70,9 +72,9 @@ class WeftAPIView(APIView):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # Before authentication reads anything: a declared length over the limit is
         # refused without waiting for a body that may never come.
-        length = request.META.get("CONTENT_LENGTH")
-        if length and str(length).isdigit() and int(length) > body_limit():
-            raise too_large(int(length))
+        declared = declared_length(request.META)
+        if declared is not None and declared > body_limit():
+            raise too_large(declared)
         # A method the route does not have is a 405 for everyone, before permissions.
         if getattr(self, request.method.lower(), None) is None:
             raise exceptions.MethodNotAllowed(request.method)
@@ -221,26 +223,31 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
         body = s.StartRunSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        try:
-            started = runtime.start(
-                data["workflow"],
-                data["args"],
-                data["kwargs"],
-                id=_key(request, data.get("id")),
-                on_conflict=data["on_conflict"],
-                execution_timeout=data.get("execution_timeout"),
-                start_delay=data.get("start_delay"),
-                search_attributes=data["search_attributes"],
-            )
-        except WorkflowAlreadyExists as exc:
-            if not self._visible(str(getattr(exc, "run_id", ""))):
-                raise self._taken(getattr(exc, "workflow_id", None)) from None
-            raise
-        if not self._visible(started.run_id):
-            if not started.created:
-                # An existing run outside the caller's runs: the id is taken, nothing more.
-                raise self._taken(started.workflow_id)
-            raise exceptions.NotFound("the run was started, but it is outside the runs you can see")
+        filtered = weft_settings.API_RUN_FILTER is not None
+        # With a run filter, the start and the check that the caller may see the run are
+        # one transaction: a run outside the caller's runs is rolled back (its doorbell
+        # rings on commit only), never left behind.
+        with transaction.atomic(using=weft_settings.DATABASE_ALIAS) if filtered else nullcontext():
+            try:
+                started = runtime.start(
+                    data["workflow"],
+                    data["args"],
+                    data["kwargs"],
+                    id=_key(request, data.get("id")),
+                    on_conflict=data["on_conflict"],
+                    execution_timeout=data.get("execution_timeout"),
+                    start_delay=data.get("start_delay"),
+                    search_attributes=data["search_attributes"],
+                )
+            except WorkflowAlreadyExists as exc:
+                if not self._visible(str(getattr(exc, "run_id", ""))):
+                    raise self._taken(getattr(exc, "workflow_id", None)) from None
+                raise
+            if not self._visible(started.run_id):
+                if not started.created:
+                    # An existing run outside the caller's runs: the id is taken, nothing more.
+                    raise self._taken(started.workflow_id)
+                raise exceptions.PermissionDenied("You may not start a run outside the runs you can see.")
         shaped = self._shape(started.record or runtime.get_run(started.run_id))
         if not started.created:
             return Response(shaped, status=status.HTTP_200_OK)

@@ -29,7 +29,7 @@ except ImportError:
         return _encoder.encode(value)
 
     _loads = json.loads
-    _ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
+    _ENCODE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError)
 
 
 # An escaped NUL in JSON text: "\u0000" after an even number of backslashes.

@@ -20,6 +20,9 @@ _PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 
 Duration = float | int | timedelta | str
 
+MAX_SECONDS = 100 * 365.25 * 86400.0
+"""The longest duration accepted: 100 years (infinity and overflowing dates are refused)."""
+
 
 def parse_duration(value: Duration, *, what: str = "duration") -> float:
     """Return ``value`` as a number of seconds (a non-negative float).
@@ -42,6 +45,8 @@ def parse_duration(value: Duration, *, what: str = "duration") -> float:
         )
     if seconds != seconds or seconds < 0:  # NaN or negative
         raise InvalidDuration(f"{what} must not be negative; got {value!r}")
+    if seconds > MAX_SECONDS:
+        raise InvalidDuration(f"{what} is longer than 100 years; got {value!r}")
     return seconds
 
 

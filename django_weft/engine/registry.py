@@ -79,7 +79,7 @@ class Workflow(Generic[P, R]):
     def check_arguments(self, args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Raise :class:`WorkflowArgumentsError` if ``fn(ctx, *args, **kwargs)`` could not be
         called: the start is refused at once instead of the run failing later."""
-        signature = self.parameters if self.parameters is not None else inspect.signature(self.fn)
+        signature = self.parameters or inspect.signature(self.fn, follow_wrapped=False)
         try:
             signature.bind(None, *args, **kwargs)  # None stands for ctx
         except TypeError as exc:
@@ -166,7 +166,9 @@ def workflow(
             name=_check_name(name or _qualified_name(func), "workflow"),
             version=version,
             finalizer=finalizer,
-            parameters=inspect.signature(func),
+            # The function as called: a decorator's wrapper may take other arguments than
+            # the function it wraps (functools.wraps sets __wrapped__).
+            parameters=inspect.signature(func, follow_wrapped=False),
         )
         wf.__doc__ = func.__doc__
         registry.add_workflow(wf)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models
 from django.db.models import Q
+from django.db.models.fields.json import KeyTransform
 
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 
@@ -43,8 +44,13 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
         if not attributes:
             return self
         if connections[self.db].vendor != "postgresql":
-            # SQLite has no JSON containment: compare key by key.
-            return self.filter(**{f"search_attributes__{key}": value for key, value in attributes.items()})
+            # SQLite has no JSON containment: compare key by key. The key is a key, never a
+            # lookup: "a__regex" names the attribute "a__regex".
+            runs = self
+            for index, (key, value) in enumerate(attributes.items()):
+                alias = f"weft_search_{index}"
+                runs = runs.alias(**{alias: KeyTransform(key, "search_attributes")}).filter(**{alias: value})
+            return runs
         return self.filter(search_attributes__contains=attributes).exclude(search_attributes={})
 
     def for_workflow_id(self, workflow_id: str) -> WorkflowRunQuerySet:

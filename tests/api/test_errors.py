@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import time
@@ -173,3 +174,68 @@ def test_strings_no_database_can_store_are_refused_with_nothing_written(api: Api
     with pytest.raises(PayloadError):
         client.get_handle(run.run_id).signal("poke", {"text": bad})
     assert _snapshot()[0] == before[0] + 1 and _snapshot()[1:] == before[1:]
+
+
+def _post_raw(api: Api, path: str, body: bytes, content_type: str = "application/json") -> requests.Response:
+    return requests.post(
+        api.url(path), data=body, headers={"Content-Type": content_type}, auth=api.auth, timeout=30
+    )
+
+
+def test_hostile_bodies_are_refused_without_a_500(api: Api) -> None:
+    before = _snapshot()
+    # Nesting that would exhaust the parser's or the encoder's stack, and plain deep nesting.
+    _error(_post_raw(api, "runs/", b"[" * 200_000), 400, "invalid")
+    deep = b'{"workflow": "tests.echo", "args": ' + b"[" * 950 + b"]" * 950 + b"}"
+    _error(_post_raw(api, "runs/", deep), 400, "invalid")
+    _error(
+        _post_raw(api, "runs/", b'{"workflow": "tests.echo", "args": ' + b"[" * 70 + b"]" * 70 + b"}"),
+        400,
+        "invalid",
+    )
+    # Charsets that are not text: refused before decoding (zlib would inflate the body).
+    body = b'{"workflow": "tests.echo"}'
+    for charset in ("zlib", "hex", "rot13", "utf-16"):
+        _error(
+            _post_raw(api, "runs/", body, f"application/json; charset={charset}"),
+            415,
+            "unsupported_media_type",
+        )
+    assert _post_raw(api, "runs/", body, "application/json; charset=utf-8").status_code == 201
+    # Durations past any calendar.
+    for value in (1e18, "inf", "99999999999d", 9999999999999):
+        _error(api.post("runs/", {"workflow": "tests.echo", "execution_timeout": value}), 400, "invalid")
+        _error(api.post("runs/", {"workflow": "tests.echo", "start_delay": value}), 400, "invalid")
+    assert _snapshot()[0] == before[0] + 1
+
+
+def test_a_content_length_that_is_not_a_number_is_not_a_500(api: Api) -> None:
+    from django.test import Client
+
+    from .conftest import WEFT_PERMISSIONS, make_user
+
+    user = make_user("lengthy", staff=True, permissions=WEFT_PERMISSIONS)
+    browser = Client()
+    browser.force_login(user)
+    response = browser.post(
+        "/api/weft/runs/",
+        b'{"workflow": "tests.echo"}',
+        content_type="application/json",
+        CONTENT_LENGTH="\u00b2",
+    )
+    assert response.status_code < 500
+
+
+def test_tampered_cursors_and_search_lookups_are_client_errors(api: Api) -> None:
+    client.start("tests.echo", search_attributes={"x": 1})
+    tampered = base64.b64encode(b"p=garbage").decode()
+    _error(api.get(f"runs/?cursor={tampered}"), 404, "not_found")
+    for name in ("x__regex", "x__in", "x\n", "1x"):
+        _error(api.get("runs/", params={f"search.{name}": "1"}), 400, "invalid")
+    for name in ("isnull", "contains", "has_key"):  # keys, not lookups
+        assert api.get("runs/", params={f"search.{name}": "1"}).json()["results"] == []
+    for value in ("1e999", "NaN", "-Infinity"):
+        response = api.get("runs/", params={"search.x": value})
+        assert response.status_code == 200 and response.json()["results"] == [], value
+    _error(api.get("runs/", params={"search.x": "a\x00b"}), 400, "invalid")
+    assert len(api.get("runs/", params={"search.x": "1"}).json()["results"]) == 1

@@ -126,3 +126,13 @@ def test_the_run_filter_does_not_leak_a_taken_id(api: Api) -> None:
         assert hidden.run_id not in response.text
         found = api.post("runs/", {"workflow": "tests.sleepy", "id": "shared-id"})
         assert found.status_code == 409 and hidden.run_id not in found.text
+
+
+def test_a_start_outside_the_run_filter_is_refused_and_rolled_back(api: Api) -> None:
+    with override_settings(WEFT_API_RUN_FILTER="tests.api.test_permissions.only_gold"):
+        refused = api.post("runs/", {"workflow": "tests.sleepy", "search_attributes": {"tier": "basic"}})
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "permission_denied"
+        assert not WorkflowRun.objects.exists()
+        allowed = api.post("runs/", {"workflow": "tests.sleepy", "search_attributes": {"tier": "gold"}})
+        assert allowed.status_code == 201
+    assert WorkflowRun.objects.count() == 1

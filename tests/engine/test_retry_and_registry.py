@@ -105,3 +105,36 @@ def test_errors_pickle_with_their_attributes(error: Exception) -> None:
     clone = pickle.loads(pickle.dumps(error))
     assert type(clone) is type(error) and str(clone) == str(error)
     assert clone.__dict__ == error.__dict__
+
+
+def test_arguments_are_checked_against_the_function_as_called_not_the_one_it_wraps() -> None:
+    import functools
+
+    from django_weft import WorkflowArgumentsError
+
+    def injects_tenant(fn):  # type: ignore[no-untyped-def]
+        @functools.wraps(fn)
+        def wrapper(ctx, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return fn(ctx, "tenant-1", *args, **kwargs)
+
+        return wrapper
+
+    @workflow(name="tests.engine.injected")
+    @injects_tenant
+    def injected(ctx, tenant, order_id):  # type: ignore[no-untyped-def]
+        return [tenant, order_id]
+
+    @workflow(name="tests.engine.plain")
+    def plain(ctx, order_id, *, note=None):  # type: ignore[no-untyped-def]
+        return order_id
+
+    try:
+        injected.check_arguments([42], {})  # the wrapper takes anything
+        plain.check_arguments([42], {"note": "x"})
+        with pytest.raises(WorkflowArgumentsError, match="unexpected keyword argument 'nope'"):
+            plain.check_arguments([42], {"nope": 1})
+        with pytest.raises(WorkflowArgumentsError, match="too many positional"):
+            plain.check_arguments([42, "x"], {})
+    finally:
+        registry.unregister("tests.engine.injected")
+        registry.unregister("tests.engine.plain")
