@@ -129,9 +129,9 @@ class MessageHandling:
             signals.add(waiting_on["name"])
         if signals:
             waiting_on = {**waiting_on, "signals": sorted(signals)}
-        # Always listed, even empty: the update handlers registered where the run blocks
-        # are all it has until it moves on, so the store refuses others that arrive.
-        return {**waiting_on, "updates": sorted(self.update_handlers)}
+        if self.update_handlers:
+            waiting_on = {**waiting_on, "updates": sorted(self.update_handlers)}
+        return waiting_on
 
     # -- waits for messages --------------------------------------------------------------
 

@@ -110,6 +110,11 @@ def timers_surviving_collection(status: str | None) -> frozenset[TimerKind]:
     return frozenset({TimerKind.FINALIZER})
 
 
+NO_MESSAGES_KIND = "retry"
+"""The park that does not handle messages (``wakes_on_messages=False``): an activity's
+durable retry timer."""
+
+
 def handled_updates(waiting_on: Mapping[str, Any] | None, status: str) -> frozenset[str] | None:
     """The update names a run parked with ``waiting_on`` (in ``status``) can apply where
     it blocks, or ``None`` when that is not known (it is not parked at a blocking point
@@ -117,8 +122,10 @@ def handled_updates(waiting_on: Mapping[str, Any] | None, status: str) -> frozen
     register a handler before it moves on."""
     if status not in (RunStatus.WAITING, RunStatus.SUSPENDED) or not waiting_on:
         return None
-    names = waiting_on.get("updates")
-    return None if names is None else frozenset(names)
+    if waiting_on.get("kind") == NO_MESSAGES_KIND:
+        return None  # a durable retry: messages wait for the next blocking point
+    # Every other park lists the update handlers it has under "updates" (none: no key).
+    return frozenset(waiting_on.get("updates") or ())
 
 
 def unknown_update_error(name: str, handled: Iterable[str]) -> dict[str, Any]:
