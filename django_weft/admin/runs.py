@@ -432,7 +432,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             page = 1
         shown = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
         return {
-            "weft_timeline": timeline.render(entries, now=timezone.now()),
+            "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),
             "weft_steps": [_step_row(entry) for entry in shown],
             "weft_steps_count": len(entries),
             "weft_steps_page": page,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 
 from django.utils.html import escape
@@ -95,9 +95,12 @@ class Timeline:
     rows: tuple[Row, ...]
 
 
-def layout(entries: Sequence[TimelineEntry], *, now: datetime, width: int = 960) -> Timeline:
+def layout(
+    entries: Sequence[TimelineEntry], *, now: datetime, width: int = 960, tz: tzinfo | None = None
+) -> Timeline:
     """Place ``entries`` (in ``seq`` order) on a time axis from the first start to the last
-    finish; an entry with no finish yet (an open wait, a running attempt) runs to ``now``."""
+    finish; an entry with no finish yet (an open wait, a running attempt) runs to ``now``.
+    Times in labels and tooltips are shown in ``tz`` (else as stored)."""
     chart_left, chart_right = float(LABEL_WIDTH), float(width - RIGHT_MARGIN)
     height = AXIS_HEIGHT + ROW_HEIGHT * len(entries) + 4
     if not entries:
@@ -130,19 +133,21 @@ def layout(entries: Sequence[TimelineEntry], *, now: datetime, width: int = 960)
                 waiting=entry.kind in WAIT_KINDS,
                 open=entry.finished_at is None,
                 label=_label(entry),
-                tooltip=_tooltip(entry, now),
+                tooltip=_tooltip(entry, now, tz),
             )
         )
     ticks = tuple(
-        Tick(round(chart_left + (chart_right - chart_left) * i / (TICKS - 1), 2), _clock(start, span, i))
+        Tick(round(chart_left + (chart_right - chart_left) * i / (TICKS - 1), 2), _clock(start, span, i, tz))
         for i in range(TICKS)
     )
     return Timeline(width, height, chart_left, chart_right, start, end, ticks, tuple(rows))
 
 
-def render(entries: Sequence[TimelineEntry], *, now: datetime, width: int = 960) -> SafeString:
+def render(
+    entries: Sequence[TimelineEntry], *, now: datetime, width: int = 960, tz: tzinfo | None = None
+) -> SafeString:
     """The timeline as an inline ``<svg class="weft-timeline">`` (safe to put in a page)."""
-    return render_layout(layout(entries, now=now, width=width))
+    return render_layout(layout(entries, now=now, width=width, tz=tz))
 
 
 def render_layout(timeline: Timeline) -> SafeString:
@@ -209,13 +214,17 @@ def _label(entry: TimelineEntry) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
 
 
-def _tooltip(entry: TimelineEntry, now: datetime) -> str:
+def _shown(moment: datetime, tz: tzinfo | None) -> datetime:
+    return moment.astimezone(tz) if tz is not None and moment.tzinfo is not None else moment
+
+
+def _tooltip(entry: TimelineEntry, now: datetime, tz: tzinfo | None) -> str:
     lines = [f"#{entry.seq} {entry.kind} {entry.name}", f"status: {entry.status}"]
     if entry.attempt > 1:
         lines.append(f"attempt: {entry.attempt}")
-    lines.append(f"started: {entry.started_at.isoformat()}")
+    lines.append(f"started: {_shown(entry.started_at, tz).isoformat()}")
     if entry.finished_at is not None:
-        lines.append(f"finished: {entry.finished_at.isoformat()}")
+        lines.append(f"finished: {_shown(entry.finished_at, tz).isoformat()}")
         lines.append(f"took: {format_duration(entry.finished_at - entry.started_at)}")
     else:
         lines.append(f"not finished, for {format_duration(now - entry.started_at)} so far")
@@ -224,8 +233,8 @@ def _tooltip(entry: TimelineEntry, now: datetime) -> str:
     return "\n".join(lines)
 
 
-def _clock(start: datetime, span: float, i: int) -> str:
-    moment = start + timedelta(seconds=span * i / (TICKS - 1))
+def _clock(start: datetime, span: float, i: int, tz: tzinfo | None) -> str:
+    moment = _shown(start + timedelta(seconds=span * i / (TICKS - 1)), tz)
     if span < 10:
         return moment.strftime("%H:%M:%S.%f")[:-3]
     if span < 86400:

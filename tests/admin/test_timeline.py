@@ -7,6 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django_weft.admin import timeline
 from django_weft.runtime import HistoryEntry
@@ -147,6 +148,13 @@ def test_axis_ticks_are_clock_times_over_the_history() -> None:
     svg = timeline.render([entry(0, took=3600)], now=T0)
     assert re.findall(r">(\d\d:\d\d:\d\d)<", svg)[0] == "14:00:00"
     assert "15:00:00" in svg
+
+
+def test_times_are_shown_in_the_given_time_zone() -> None:
+    oslo = ZoneInfo("Europe/Oslo")
+    svg = timeline.render([entry(0, took=3600)], now=T0, tz=oslo)
+    assert re.findall(r">(\d\d:\d\d:\d\d)<", svg)[0] == "15:00:00"
+    assert "started: 2026-12-03T15:00:00+01:00" in svg
 
 
 def test_durations_in_few_words() -> None:
