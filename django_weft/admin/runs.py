@@ -190,6 +190,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "several terms separated by spaces must all match."
     )
     ordering = ("-created_at", "id")
+    # Sorting by another column would sort the whole (filtered) table on every page view.
+    sortable_by = ("created_at",)
     list_per_page = 50
     list_max_show_all = 200
     paginator = LookAheadPaginator

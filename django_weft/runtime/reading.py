@@ -68,7 +68,8 @@ def read_steps_at(positions: Mapping[str, Iterable[int]]) -> dict[str, dict[int,
     found: dict[str, dict[int, HistoryEntry]] = {}
     if not wanted:
         return found
-    for step in Step.objects.using(weft_settings.DATABASE_ALIAS).filter(wanted):
+    # No order: Step's default ordering would join the run table to sort by it.
+    for step in Step.objects.using(weft_settings.DATABASE_ALIAS).filter(wanted).order_by():
         found.setdefault(str(step.run_id), {})[step.seq] = HistoryEntry.of(step)
     return found
 
