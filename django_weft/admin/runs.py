@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -21,6 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -61,6 +64,23 @@ def pretty_json(value: Any) -> SafeString:
     """A JSON value indented in a ``<pre>`` (escaped)."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     return format_html('<pre class="weft-json">{}</pre>', text)
+
+
+def moment(value: datetime | None) -> str:
+    """A time to the second, in the current time zone; "-" for none."""
+    if value is None:
+        return "-"
+    return date_format(timezone.localtime(value), "Y-m-d H:i:s")
+
+
+def moment_field(column: str, description: str) -> Callable[[Any, WorkflowRun], str]:
+    """A read-only admin field showing the time in ``column`` to the second."""
+
+    @admin.display(description=description, ordering=column)
+    def show(model_admin: Any, run: WorkflowRun) -> str:
+        return moment(getattr(run, column))
+
+    return show
 
 
 # -- the changelist's paginator ---------------------------------------------------------
@@ -170,7 +190,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "status_badge",
         "workflow_name",
         "workflow_id",
-        "created_at",
+        "created",
         "duration",
         "attempt",
         "waits_on",
@@ -191,7 +211,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     )
     ordering = ("-created_at", "id")
     # Sorting by another column would sort the whole (filtered) table on every page view.
-    sortable_by = ("created_at",)
+    sortable_by = ("created",)
     list_per_page = 50
     list_max_show_all = 200
     paginator = LookAheadPaginator
@@ -206,20 +226,20 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             "Progress",
             {
                 "fields": (
-                    "created_at",
-                    "updated_at",
-                    "finished_at",
+                    "created",
+                    "updated",
+                    "finished",
                     "duration",
                     "attempt",
                     "waits_on",
                     "waiting_on_json",
-                    "ready_at",
-                    "execution_deadline",
+                    "ready",
+                    "deadline",
                 )
             },
         ),
         ("Input and outcome", {"fields": ("args_json", "kwargs_json", "result_json", "error_json")}),
-        ("Ownership", {"fields": ("owner_id", "owner_epoch", "lease_expires_at", "claimed_at")}),
+        ("Ownership", {"fields": ("owner_id", "owner_epoch", "lease_expires", "claimed")}),
         ("Family", {"fields": ("parent_link", "children_links")}),
         ("Search attributes", {"fields": ("search_attributes_json",)}),
     )
@@ -229,23 +249,23 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "workflow_name",
         "workflow_version",
         "workflow_id",
-        "created_at",
-        "updated_at",
-        "finished_at",
+        "created",
+        "updated",
+        "finished",
         "duration",
         "attempt",
         "waits_on",
         "waiting_on_json",
-        "ready_at",
-        "execution_deadline",
+        "ready",
+        "deadline",
         "args_json",
         "kwargs_json",
         "result_json",
         "error_json",
         "owner_id",
         "owner_epoch",
-        "lease_expires_at",
-        "claimed_at",
+        "lease_expires",
+        "claimed",
         "parent_link",
         "children_links",
         "search_attributes_json",
@@ -318,6 +338,14 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: WorkflowRun) -> SafeString:
         return status_badge(run.status)
+
+    created = moment_field("created_at", "created")
+    updated = moment_field("updated_at", "updated")
+    finished = moment_field("finished_at", "finished")
+    ready = moment_field("ready_at", "runnable since")
+    deadline = moment_field("execution_deadline", "execution deadline")
+    lease_expires = moment_field("lease_expires_at", "lease expires at")
+    claimed = moment_field("claimed_at", "claimed at")
 
     @admin.display(description="run id")
     def run_id(self, run: WorkflowRun) -> str:

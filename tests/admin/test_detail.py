@@ -83,6 +83,8 @@ def test_inputs_outcome_error_and_search_attributes_are_pretty_printed(admin_cli
     assert '<pre class="weft-traceback">Traceback (most recent call last):\n  boom</pre>' in html
     assert "&quot;customer&quot;: 7" in html
     assert "No steps recorded yet." in html
+    # Times to the second.
+    assert timezone.localtime(run.created_at).strftime("%Y-%m-%d %H:%M:%S") in html
 
 
 def test_parent_and_children_link_to_each_other(admin_client_: Client) -> None:
