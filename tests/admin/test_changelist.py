@@ -150,7 +150,10 @@ def test_search_by_run_id_workflow_id_and_search_attributes(
     # 7 is the number 7 or the string "7".
     assert shown(admin_client_.get(url, {"q": "customer=7"})) == {"order-3", "order-4"}
     assert shown(admin_client_.get(url, {"q": "customer=7 region=north"})) == {"order-3"}
-    assert shown(admin_client_.get(url, {"q": "order-4 customer=7"})) == {"order-4"}
+    searched = admin_client_.get(url, {"q": "order-4 customer=7"})
+    assert shown(searched) == {"order-4"}
+    assert "1 result (" in searched.content.decode()
+    assert " results (" not in admin_client_.get(url).content.decode()  # nothing searched
 
 
 def test_a_bad_attribute_name_is_a_message_not_an_error(
