@@ -463,7 +463,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         shown = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
         return {
             "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),
-            "weft_steps": [_step_row(entry) for entry in shown],
+            "weft_steps": steps_rows(shown),
             "weft_steps_count": len(entries),
             "weft_steps_page": page,
             "weft_steps_pages": pages,
@@ -494,14 +494,29 @@ def _run_link(run: WorkflowRun) -> SafeString:
     )
 
 
-def _step_row(entry: runtime.HistoryEntry) -> dict[str, Any]:
-    took = ""
-    if entry.finished_at is not None:
-        took = timeline.format_duration(entry.finished_at - entry.started_at)
-    return {
-        "entry": entry,
-        "took": took,
-        "args": pretty_json(entry.args) if entry.args is not None else "",
-        "result": pretty_json(entry.result) if entry.result is not None else "",
-        "error": pretty_json(entry.error) if entry.error else "",
-    }
+def steps_rows(entries: list[runtime.HistoryEntry]) -> SafeString:
+    """The steps table's rows (built here rather than in a template loop: a page of 200
+    steps with ten cells each costs a template engine ten times as long)."""
+    return format_html_join(
+        "\n",
+        '<tr class="weft-step-row" data-seq="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                entry.seq,
+                entry.seq,
+                entry.kind,
+                entry.name,
+                entry.status,
+                entry.attempt,
+                moment(entry.started_at),
+                timeline.format_duration(entry.finished_at - entry.started_at)
+                if entry.finished_at is not None
+                else "not finished",
+                pretty_json(entry.args) if entry.args is not None else "",
+                pretty_json(entry.result) if entry.result is not None else "",
+                pretty_json(entry.error) if entry.error else "",
+            )
+            for entry in entries
+        ),
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
+from functools import lru_cache
 from typing import Any, Protocol
 
 from django.utils.html import escape
@@ -242,6 +243,7 @@ def _clock(start: datetime, span: float, i: int, tz: tzinfo | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
+@lru_cache(maxsize=256)
 def _css(value: str) -> str:
     """A status or kind as a CSS class part: only letters, digits, - and _."""
     return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in value) or "none"
