@@ -305,9 +305,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             page_number = int(request.GET.get(PAGE_VAR, 1))
         except ValueError:
             page_number = 1
-        return LookAheadPaginator(
-            queryset, per_page, orphans, allow_empty_first_page, page_number=page_number
-        )
+        # The page number too: the look-ahead starts from it.
+        return self.paginator(queryset, per_page, orphans, allow_empty_first_page, page_number=page_number)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
