@@ -14,7 +14,7 @@ from django_weft import UpdateTimeout, client
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Step, WorkflowRun
 from django_weft.runtime import read_history
-from django_weft.testing import make_engine
+from django_weft.testing import drive, make_engine
 from tests.django.helpers import park
 
 from .conftest import change_url, make_run, make_step
@@ -85,6 +85,19 @@ def test_inputs_outcome_error_and_search_attributes_are_pretty_printed(admin_cli
     assert "No steps recorded yet." in html
     # Times to the second.
     assert timezone.localtime(run.created_at).strftime("%Y-%m-%d %H:%M:%S") in html
+
+
+def test_a_run_that_failed_shows_its_error_and_traceback(admin_client_: Client) -> None:
+    handle = client.start("tests.raises", id="raises-1")
+    assert drive(handle.run_id) == "failed"
+    run = WorkflowRun.objects.get(pk=handle.run_id)
+    html = admin_client_.get(change_url(run)).content.decode()
+    assert "weft-badge-failed" in html
+    assert "&quot;type&quot;: &quot;KeyError&quot;" in html
+    trace = re.search(r'<pre class="weft-traceback">(.*?)</pre>', html, re.S)
+    assert trace is not None and "Traceback (most recent call last)" in trace.group(1)
+    assert "missing thing" in trace.group(1)
+    assert 'data-seq="0"' in timeline_of(html)
 
 
 def test_parent_and_children_link_to_each_other(admin_client_: Client) -> None:
