@@ -7,7 +7,9 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_weft import UpdateTimeout, client
@@ -111,6 +113,12 @@ def test_parent_and_children_link_to_each_other(admin_client_: Client) -> None:
         assert f'href="{change_url(child)}"' in parent_html
     child_html = admin_client_.get(change_url(children[0])).content.decode()
     assert f'href="{change_url(parent)}"' in child_html
+    # A fixed number of queries, whatever the number of children.
+    more = [make_run(f"order-1-more-{i}", status="running", parent=parent) for i in range(10)]
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client_.get(change_url(parent)).status_code == 200
+    assert len(queries) <= 8, [q["sql"][:80] for q in queries.captured_queries]
+    assert f'href="{change_url(more[-1])}"' in admin_client_.get(change_url(parent)).content.decode()
 
 
 def test_a_long_history_renders_and_pages_its_table(admin_client_: Client) -> None:
