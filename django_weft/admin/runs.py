@@ -98,6 +98,9 @@ class LookAheadPaginator(Paginator):
     """
 
     look_ahead_pages = 5
+    max_page = 10_000
+    """Deeper pages are not served (their ``OFFSET`` reads every row before them): the
+    admin says the page does not exist; a filter or a search narrows the list instead."""
 
     def __init__(self, object_list: Any, per_page: int, *args: Any, page_number: int = 1, **kwargs: Any):
         super().__init__(object_list, per_page, *args, **kwargs)
@@ -107,6 +110,9 @@ class LookAheadPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
+        if self.page_number > self.max_page:
+            # More than a page, so the admin pages, and finds no such page: no query.
+            return self.per_page + 1
         start = (self.page_number - 1) * self.per_page
         limit = self.per_page * self.look_ahead_pages + 1
         found = len(self.queryset.values_list("pk", flat=True)[start : start + limit])
