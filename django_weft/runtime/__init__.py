@@ -23,6 +23,7 @@ from .reading import (
     history,
     read_history,
     read_run,
+    read_steps_at,
     result_of,
     status_report,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "query",
     "read_history",
     "read_run",
+    "read_steps_at",
     "result_of",
     "resume",
     "retry",

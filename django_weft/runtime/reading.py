@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 
 from ..conf import weft_settings
 from ..engine.errors import (
@@ -54,6 +55,23 @@ def read_history(run: WorkflowRun) -> list[HistoryEntry]:
     """The run's recorded steps, in order."""
     steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run).order_by("seq")
     return [HistoryEntry.of(step) for step in steps]
+
+
+def read_steps_at(positions: Mapping[str, Iterable[int]]) -> dict[str, dict[int, HistoryEntry]]:
+    """The recorded steps at the given positions of several runs (run id -> seqs), in one
+    query: what a page of parked runs waits on. Positions without a step are left out."""
+    wanted = Q()
+    for run_id, seqs in positions.items():
+        listed = sorted(set(seqs))
+        if listed:
+            wanted |= Q(run_id=run_id, seq__in=listed)
+    found: dict[str, dict[int, HistoryEntry]] = {}
+    if not wanted:
+        return found
+    # No order: Step's default ordering would join the run table to sort by it.
+    for step in Step.objects.using(weft_settings.DATABASE_ALIAS).filter(wanted).order_by():
+        found.setdefault(str(step.run_id), {})[step.seq] = HistoryEntry.of(step)
+    return found
 
 
 def describe(run: WorkflowRun) -> dict[str, Any]:

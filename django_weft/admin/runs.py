@@ -1,0 +1,527 @@
+"""The workflow runs' admin: a changelist that stays fast on millions of rows and a
+read-only detail page with the step timeline.
+
+Reads only: rows are listed through the ``WorkflowRun`` queryset (as the REST list does)
+and a run's history through :mod:`django_weft.runtime`; nothing here writes a row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import PAGE_VAR, ChangeList
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from .. import runtime
+from ..conf import weft_settings
+from ..engine.records import TERMINAL_STATUSES, RunStatus
+from ..engine.registry import registry
+from ..models import WorkflowRun
+from . import timeline
+from .forms import SearchError, as_run_id, parse_run_search
+from .waits import describe_wait, waited_positions
+
+LIST_COLUMNS = (
+    "id",
+    "workflow_id",
+    "workflow_name",
+    "status",
+    "attempt",
+    "waiting_on",
+    "created_at",
+    "finished_at",
+)
+"""The columns the changelist reads: JSON payloads and ownership stay in the database."""
+
+CHILDREN_SHOWN = 100
+STEPS_PER_PAGE = 200
+
+
+def status_badge(status: str) -> SafeString:
+    """A run status as a coloured badge (``weft-badge weft-badge-<status>``, ``_`` as ``-``)."""
+    if status not in WorkflowRun.Status.values:
+        return format_html('<span class="weft-badge weft-badge-unknown">{}</span>', status)
+    label = WorkflowRun.Status(status).label
+    return format_html('<span class="weft-badge weft-badge-{}">{}</span>', status.replace("_", "-"), label)
+
+
+def pretty_json(value: Any) -> SafeString:
+    """A JSON value indented in a ``<pre>`` (escaped)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre class="weft-json">{}</pre>', text)
+
+
+def moment(value: datetime | None) -> str:
+    """A time to the second, in the current time zone; "-" for none."""
+    if value is None:
+        return "-"
+    return date_format(timezone.localtime(value), "Y-m-d H:i:s")
+
+
+def moment_field(column: str, description: str) -> Callable[[Any, WorkflowRun], str]:
+    """A read-only admin field showing the time in ``column`` to the second."""
+
+    @admin.display(description=description, ordering=column)
+    def show(model_admin: Any, run: WorkflowRun) -> str:
+        return moment(getattr(run, column))
+
+    return show
+
+
+# -- the changelist's paginator ---------------------------------------------------------
+
+
+class LookAheadPaginator(Paginator):
+    """A paginator that never counts the table.
+
+    ``count`` is the rows before the requested page plus the rows found by reading up to
+    :attr:`look_ahead_pages` pages ahead of it: one ``SELECT id ... LIMIT/OFFSET`` on the
+    changelist's indexed order, whose cost grows with the page number, not with the table.
+    ``more`` says the list goes on past what was read. On PostgreSQL, an unfiltered list
+    also carries :attr:`estimated_total`, the planner's row estimate (``pg_class.reltuples``),
+    which is free and good enough to say "about 1.2 million runs".
+    """
+
+    look_ahead_pages = 5
+    max_page = 10_000
+    """Deeper pages are not served (their ``OFFSET`` reads every row before them): the
+    admin says the page does not exist; a filter or a search narrows the list instead."""
+
+    def __init__(self, object_list: Any, per_page: int, *args: Any, page_number: int = 1, **kwargs: Any):
+        super().__init__(object_list, per_page, *args, **kwargs)
+        self.queryset: QuerySet[WorkflowRun] = object_list
+        self.page_number = max(page_number, 1)
+        self.more = False
+
+    @cached_property
+    def count(self) -> int:
+        if self.page_number > self.max_page:
+            # More than a page, so the admin pages, and finds no such page: no query.
+            return self.per_page + 1
+        start = (self.page_number - 1) * self.per_page
+        limit = self.per_page * self.look_ahead_pages + 1
+        found = len(self.queryset.values_list("pk", flat=True)[start : start + limit])
+        self.more = found == limit
+        return start + found
+
+    @cached_property
+    def estimated_total(self) -> int | None:
+        queryset = self.queryset
+        if queryset.query.where or connections[queryset.db].vendor != "postgresql":
+            return None
+        with connections[queryset.db].cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                [WorkflowRun._meta.db_table],
+            )
+            row = cursor.fetchone()
+        # -1 (never analysed) or 0 says nothing useful.
+        return int(row[0]) if row and row[0] and row[0] > 0 else None
+
+
+class RunChangeList(ChangeList):
+    """The changelist reading only :data:`LIST_COLUMNS`, and, for the page's parked runs,
+    the steps they wait on (one query for the page)."""
+
+    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[WorkflowRun]:
+        return super().get_queryset(request, *args, **kwargs).only(*LIST_COLUMNS)
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        runs = list(self.result_list)
+        positions = {str(run.pk): waited_positions(run.waiting_on) for run in runs if run.waiting_on}
+        waited = runtime.read_steps_at({key: seqs for key, seqs in positions.items() if seqs})
+        for run in runs:
+            run.weft_waited_steps = waited.get(str(run.pk), {})
+        self.result_list = runs
+
+
+# -- filters ------------------------------------------------------------------------------
+
+
+class WorkflowNameFilter(admin.SimpleListFilter):
+    """The registered workflows' names (from the registry: no DISTINCT over the table)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in sorted(registry.workflows)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        return queryset.filter(workflow_name=value) if value else queryset
+
+
+class HasParentFilter(admin.SimpleListFilter):
+    """Child runs (started by another run) or top-level runs."""
+
+    title = "parent"
+    parameter_name = "has_parent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "child runs"), ("no", "top-level runs")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        if self.value() == "yes":
+            return queryset.filter(parent__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(parent__isnull=True)
+        return queryset
+
+
+# -- the admin ----------------------------------------------------------------------------
+
+
+class WorkflowRunAdmin(admin.ModelAdmin):
+    """Workflow runs: list, filter, search and inspect. Nothing here changes a run (the
+    actions and object tools that do go through the runtime; see issue 13)."""
+
+    list_display = (
+        "status_badge",
+        "workflow_name",
+        "workflow_id",
+        "created",
+        "duration",
+        "attempt",
+        "waits_on",
+    )
+    list_display_links = ("workflow_id",)
+    list_filter = (
+        "status",
+        WorkflowNameFilter,
+        "failure_category",
+        ("created_at", admin.DateFieldListFilter),
+        HasParentFilter,
+    )
+    # The search is ours (get_search_results); a non-empty search_fields shows the box.
+    search_fields = ("workflow_id",)
+    search_help_text = (
+        "A run id, a workflow id (exact), or attr=value on search attributes; "
+        "several terms separated by spaces must all match."
+    )
+    ordering = ("-created_at", "id")
+    # Sorting by another column would sort the whole (filtered) table on every page view.
+    sortable_by = ("created",)
+    list_per_page = 50
+    list_max_show_all = 200
+    paginator = LookAheadPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts are COUNT queries per filter choice
+    actions = None
+    date_hierarchy = None
+    change_form_template = "admin/django_weft/workflowrun/change_form.html"
+    fieldsets = (
+        (None, {"fields": ("run_id", "status_badge", "workflow_name", "workflow_version", "workflow_id")}),
+        (
+            "Progress",
+            {
+                "fields": (
+                    "created",
+                    "updated",
+                    "finished",
+                    "duration",
+                    "attempt",
+                    "waits_on",
+                    "waiting_on_json",
+                    "ready",
+                    "deadline",
+                )
+            },
+        ),
+        ("Input and outcome", {"fields": ("args_json", "kwargs_json", "result_json", "error_json")}),
+        ("Ownership", {"fields": ("owner_id", "owner_epoch", "lease_expires", "claimed")}),
+        ("Family", {"fields": ("parent_link", "children_links")}),
+        ("Search attributes", {"fields": ("search_attributes_json",)}),
+    )
+    readonly_fields = (
+        "run_id",
+        "status_badge",
+        "workflow_name",
+        "workflow_version",
+        "workflow_id",
+        "created",
+        "updated",
+        "finished",
+        "duration",
+        "attempt",
+        "waits_on",
+        "waiting_on_json",
+        "ready",
+        "deadline",
+        "args_json",
+        "kwargs_json",
+        "result_json",
+        "error_json",
+        "owner_id",
+        "owner_epoch",
+        "lease_expires",
+        "claimed",
+        "parent_link",
+        "children_links",
+        "search_attributes_json",
+    )
+
+    class Media:
+        css = {"all": ("django_weft/admin.css",)}
+
+    # -- permissions: read-only ---------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # runs are started through the runtime (a Start form comes later)
+
+    def has_change_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
+        return False  # a run changes only by its worker or a lifecycle call
+
+    def has_delete_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
+        return False  # retention removes finished runs
+
+    # -- changelist ---------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
+        return WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).all()
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RunChangeList
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: Any,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> Paginator:
+        try:
+            page_number = int(request.GET.get(PAGE_VAR, 1))
+        except ValueError:
+            page_number = 1
+        # The page number too: the look-ahead starts from it.
+        return self.paginator(queryset, per_page, orphans, allow_empty_first_page, page_number=page_number)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
+    ) -> tuple[QuerySet[WorkflowRun], bool]:
+        """Each term narrows the list: a run id or workflow id matches exactly (both are
+        indexed), ``attr=value`` matches a search attribute (the GIN index on PostgreSQL)."""
+        if not search_term.strip():
+            return queryset, False
+        try:
+            search = parse_run_search(search_term)
+        except SearchError as exc:
+            self.message_user(request, str(exc), messages.WARNING)
+            return queryset.none(), False
+        for term in search.ids:
+            run_id = as_run_id(term)
+            wanted = Q(workflow_id=term) if run_id is None else Q(pk=run_id) | Q(workflow_id=term)
+            queryset = queryset.filter(wanted)
+        for name, candidates in search.attributes:
+            matches = [queryset.search(**{name: value}) for value in candidates]  # type: ignore[attr-defined]
+            combined = matches[0]
+            for extra in matches[1:]:
+                combined = combined | extra
+            queryset = combined
+        return queryset, False
+
+    # -- columns and fields -------------------------------------------------------------
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, run: WorkflowRun) -> SafeString:
+        return status_badge(run.status)
+
+    created = moment_field("created_at", "created")
+    updated = moment_field("updated_at", "updated")
+    finished = moment_field("finished_at", "finished")
+    ready = moment_field("ready_at", "runnable since")
+    deadline = moment_field("execution_deadline", "execution deadline")
+    lease_expires = moment_field("lease_expires_at", "lease expires at")
+    claimed = moment_field("claimed_at", "claimed at")
+
+    @admin.display(description="run id")
+    def run_id(self, run: WorkflowRun) -> str:
+        return str(run.pk)
+
+    @admin.display(description="duration")
+    def duration(self, run: WorkflowRun) -> str:
+        if run.finished_at is not None:
+            return timeline.format_duration(run.finished_at - run.created_at)
+        if run.status in TERMINAL_STATUSES:
+            return "-"
+        if run.status == RunStatus.PENDING:
+            return "not started"
+        return f"running for {timeline.format_duration(timezone.now() - run.created_at)}"
+
+    @admin.display(description="waits on")
+    def waits_on(self, run: WorkflowRun) -> str:
+        if not run.waiting_on:
+            return ""
+        steps = getattr(run, "weft_waited_steps", None)
+        if steps is None:  # the detail page: one run, read its waited steps here
+            seqs = waited_positions(run.waiting_on)
+            steps = runtime.read_steps_at({str(run.pk): seqs}).get(str(run.pk), {}) if seqs else {}
+        return describe_wait(
+            run.waiting_on,
+            steps=steps,
+            queue_of=_queue_of,
+            tz=timezone.get_current_timezone(),
+            today=timezone.now(),
+        )
+
+    @admin.display(description="waiting on (as recorded)")
+    def waiting_on_json(self, run: WorkflowRun) -> SafeString | str:
+        return pretty_json(run.waiting_on) if run.waiting_on else "-"
+
+    @admin.display(description="args")
+    def args_json(self, run: WorkflowRun) -> SafeString:
+        return pretty_json(run.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_json(self, run: WorkflowRun) -> SafeString:
+        return pretty_json(run.kwargs)
+
+    @admin.display(description="result")
+    def result_json(self, run: WorkflowRun) -> SafeString | str:
+        return pretty_json(run.result) if run.result is not None else "-"
+
+    @admin.display(description="error")
+    def error_json(self, run: WorkflowRun) -> SafeString | str:
+        if not run.error:
+            return "-"
+        error = dict(run.error)
+        trace = error.pop("traceback", None)
+        shown = pretty_json(error)
+        if trace:
+            text = trace if isinstance(trace, str) else "".join(str(line) for line in trace)
+            return format_html('{}<pre class="weft-traceback">{}</pre>', shown, text)
+        return shown
+
+    @admin.display(description="search attributes")
+    def search_attributes_json(self, run: WorkflowRun) -> SafeString | str:
+        return pretty_json(run.search_attributes) if run.search_attributes else "-"
+
+    @admin.display(description="parent run")
+    def parent_link(self, run: WorkflowRun) -> SafeString | str:
+        if run.parent_id is None:
+            return "-"
+        parent = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).filter(pk=run.parent_id)
+        found = parent.only("id", "workflow_id", "workflow_name", "status").first()
+        if found is None:
+            return f"{run.parent_id} (no longer kept)"
+        return _run_link(found)
+
+    @admin.display(description="child runs")
+    def children_links(self, run: WorkflowRun) -> SafeString | str:
+        children = list(
+            WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+            .filter(parent_id=run.pk)
+            .only("id", "workflow_id", "workflow_name", "status", "created_at")
+            .order_by("created_at", "id")[: CHILDREN_SHOWN + 1]
+        )
+        if not children:
+            return "-"
+        links = format_html_join(
+            "", "<li>{}</li>", ((_run_link(child),) for child in children[:CHILDREN_SHOWN])
+        )
+        more = format_html("<li>… more (the first {} shown)</li>", CHILDREN_SHOWN)
+        return format_html(
+            '<ul class="weft-children">{}{}</ul>', links, more if len(children) > CHILDREN_SHOWN else ""
+        )
+
+    # -- the detail page ----------------------------------------------------------------
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: WorkflowRun | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context.update(self.history_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def history_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+        """The timeline and a page of the steps table, from the run's history."""
+        entries = runtime.read_history(run)
+        pages = max(math.ceil(len(entries) / STEPS_PER_PAGE), 1)
+        try:
+            page = min(max(int(request.GET.get("steps_page", 1)), 1), pages)
+        except ValueError:
+            page = 1
+        shown = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
+        return {
+            "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),
+            "weft_steps": steps_rows(shown),
+            "weft_steps_count": len(entries),
+            "weft_steps_page": page,
+            "weft_steps_pages": pages,
+            "weft_steps_first": (page - 1) * STEPS_PER_PAGE + 1 if entries else 0,
+            "weft_steps_last": (page - 1) * STEPS_PER_PAGE + len(shown),
+        }
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse | TemplateResponse:
+        extra = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False}
+        return super().changeform_view(request, object_id, form_url, extra)
+
+
+def _queue_of(activity_name: str) -> str | None:
+    definition = registry.activities.get(activity_name)
+    return definition.queue if definition is not None else None
+
+
+def _run_link(run: WorkflowRun) -> SafeString:
+    url = reverse("admin:django_weft_workflowrun_change", args=[run.pk])
+    return format_html(
+        '<a href="{}">{} {}</a> {}', url, run.workflow_name, run.workflow_id, status_badge(run.status)
+    )
+
+
+def steps_rows(entries: list[runtime.HistoryEntry]) -> SafeString:
+    """The steps table's rows (built here rather than in a template loop: a page of 200
+    steps with ten cells each costs a template engine ten times as long)."""
+    return format_html_join(
+        "\n",
+        '<tr class="weft-step-row" data-seq="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                entry.seq,
+                entry.seq,
+                entry.kind,
+                entry.name,
+                entry.status,
+                entry.attempt,
+                moment(entry.started_at),
+                timeline.format_duration(entry.finished_at - entry.started_at)
+                if entry.finished_at is not None
+                else "not finished",
+                pretty_json(entry.args) if entry.args is not None else "",
+                pretty_json(entry.result) if entry.result is not None else "",
+                pretty_json(entry.error) if entry.error else "",
+            )
+            for entry in entries
+        ),
+    )

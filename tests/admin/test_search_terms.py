@@ -1,0 +1,42 @@
+"""The changelist search box's text, parsed. No database."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from django_weft.admin.forms import RunSearch, SearchError, as_run_id, candidate_values, parse_run_search
+
+
+def test_ids_and_attributes() -> None:
+    assert parse_run_search("  order-42   customer=7 tier=gold ") == RunSearch(
+        ids=("order-42",), attributes=(("customer", ("7", 7)), ("tier", ("gold",)))
+    )
+    assert parse_run_search("") == RunSearch()
+
+
+def test_values_stand_for_their_json_scalars_too() -> None:
+    assert candidate_values("7") == ("7", 7)
+    assert candidate_values("2.5") == ("2.5", 2.5)
+    assert candidate_values("true") == ("true", True)
+    assert candidate_values("null") == ("null", None)
+    assert candidate_values('"7"') == ('"7"',)  # a JSON string stays the typed text
+    assert candidate_values("[1]") == ("[1]",)
+    # No JSON document holds these numbers: they are compared as text only.
+    for raw in ("NaN", "Infinity", "-Infinity", "1e999", "9" * 30):
+        assert candidate_values(raw) == (raw,)
+
+
+@pytest.mark.parametrize(
+    "term", ["=7", "1x=2", "a__gt=1", "status!=failed", "name\n=1", "x" * 101 + "=1", "a=\x00"]
+)
+def test_what_cannot_match_is_an_error(term: str) -> None:
+    with pytest.raises(SearchError):
+        parse_run_search(term)
+
+
+def test_run_ids() -> None:
+    run_id = uuid.uuid4()
+    assert as_run_id(str(run_id)) == run_id
+    assert as_run_id("order-42") is None
