@@ -249,33 +249,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         ("Family", {"fields": ("parent_link", "children_links")}),
         ("Search attributes", {"fields": ("search_attributes_json",)}),
     )
-    readonly_fields = (
-        "run_id",
-        "status_badge",
-        "workflow_name",
-        "workflow_version",
-        "workflow_id",
-        "created",
-        "updated",
-        "finished",
-        "duration",
-        "attempt",
-        "waits_on",
-        "waiting_on_json",
-        "ready",
-        "deadline",
-        "args_json",
-        "kwargs_json",
-        "result_json",
-        "error_json",
-        "owner_id",
-        "owner_epoch",
-        "lease_expires",
-        "claimed",
-        "parent_link",
-        "children_links",
-        "search_attributes_json",
-    )
+    # Every field shown is read-only: a run changes only through the runtime.
+    readonly_fields = tuple(str(name) for _, options in fieldsets for name in options["fields"])
 
     class Media:
         css = {"all": ("django_weft/admin.css",)}
