@@ -44,9 +44,10 @@ def dumps(value: Any, *, what: str = "value", limit: int | None = None) -> str:
         raise PayloadError(
             f"{what} must be JSON-serialisable (dicts, lists, strings, numbers, booleans, None): {exc}"
         ) from None
+    size = len(text)  # bytes of UTF-8, once known to be more than the characters
     if not text.isascii():
         try:
-            text.encode()
+            size = len(text.encode())
         except UnicodeEncodeError as exc:
             raise PayloadError(
                 f"{what} contains a lone surrogate ({text[exc.start]!r}), which is not text any "
@@ -57,8 +58,7 @@ def dumps(value: Any, *, what: str = "value", limit: int | None = None) -> str:
             f"{what} contains a NUL character (\\u0000) in a string, which PostgreSQL cannot store "
             "in JSON; remove it or encode binary data (e.g. as base64)"
         )
-    # Characters are at most 4 bytes of UTF-8: encode only when it could matter.
-    if limit is not None and len(text) * 4 > limit and (size := len(text.encode())) > limit:
+    if limit is not None and size > limit:
         raise PayloadError(
             f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
             "(WEFT_MAX_PAYLOAD_BYTES); store large data elsewhere and pass a reference"

@@ -19,6 +19,7 @@ from .activities import describe_exception
 from .durations import Duration, parse_duration
 from .error_types import ErrorType
 from .errors import ConfigurationError, NonDeterminismError, SignalTimeout, UpdateValidationError
+from .parking import unknown_update_error
 from .ports import get_payload_validator
 from .records import (
     MessageKind,
@@ -301,12 +302,7 @@ class MessageHandling:
             # The run blocks here without this handler: an update accepted before the run
             # had registered its handlers (or against code that has since changed) is
             # answered as unknown instead of leaving the caller waiting.
-            error = {
-                "type": ErrorType.UNKNOWN_HANDLER,
-                "message": f"the workflow has no handler for update {message.name!r} at this point "
-                f"(handlers: {', '.join(self.registered('update')) or 'none'})",
-                "registered": self.registered("update"),
-            }
+            error = unknown_update_error(message.name, self.update_handlers)
             ctx._fence.write(ctx._engine.store.fail_update, message.pk, error)
             return
         if not message.validated and entry.validator is not None:
