@@ -25,5 +25,5 @@ def tests(session: nox.Session, django: str) -> None:
     for database in ("postgres", "sqlite"):
         env = {"WEFT_TEST_DB": database, "WEFT_TEST_PG_TEST_NAME": test_db}
         session.run(
-            "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not fuzz", *session.posargs, env=env
+            "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not fuzz and not browser", *session.posargs, env=env
         )
