@@ -22,6 +22,8 @@ from .engine.errors import (
     PayloadError,
     QueryFailed,
     ResultTimeout,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     SignalTimeout,
     UnknownHandler,
     UpdateFailed,
@@ -40,6 +42,8 @@ from .engine.errors import (
 )
 from .engine.registry import Activity, Workflow, activity, workflow
 from .engine.retry import RetryPolicy
+from .engine.schedule_firing import OverlapPolicy
+from .engine.schedule_spec import InvalidSchedule, ScheduleSpec
 
 __version__ = "0.1.0.dev0"
 
@@ -53,11 +57,16 @@ __all__ = [
     "DuplicateRegistration",
     "InvalidDuration",
     "InvalidInput",
+    "InvalidSchedule",
     "NonDeterminismError",
+    "OverlapPolicy",
     "PayloadError",
     "QueryFailed",
     "ResultTimeout",
     "RetryPolicy",
+    "ScheduleAlreadyExists",
+    "ScheduleNotFound",
+    "ScheduleSpec",
     "SignalTimeout",
     "UnknownHandler",
     "UpdateFailed",

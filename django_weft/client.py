@@ -158,3 +158,73 @@ def get_handle(ref: str | uuid.UUID) -> WorkflowHandle:
     """
     run = runtime.get_run(ref)
     return WorkflowHandle(str(run.pk), run.workflow_id)
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+
+class ScheduleHandle:
+    """A reference to one schedule, by id. Every method reads or writes the database."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.id = schedule_id
+
+    def __repr__(self) -> str:
+        return f"<ScheduleHandle {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ScheduleHandle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def describe(self, *, next_count: int = 5) -> runtime.ScheduleDescription:
+        """The next ``next_count`` fire times, the recent actions (scheduled and actual
+        time, run id, outcome, the run's status now) and the counters."""
+        return runtime.describe_schedule(self.id, next_count=next_count)
+
+    def pause(self, note: str = "") -> None:
+        """Stop firing until :meth:`unpause`; times that pass meanwhile do not fire."""
+        runtime.pause_schedule(self.id, note)
+
+    def unpause(self, note: str = "") -> None:
+        """Fire again from the spec's next time after now."""
+        runtime.unpause_schedule(self.id, note)
+
+    def trigger(self, *, overlap: str | None = None) -> dict[str, Any]:
+        """Fire now, under the schedule's overlap policy or ``overlap``; returns the action."""
+        return runtime.trigger_schedule(self.id, overlap=overlap)
+
+    def update(self, **changes: Any) -> None:
+        """Change options (those of :func:`create_schedule`); effective from the next fire."""
+        runtime.update_schedule(self.id, **changes)
+
+    def delete(self) -> None:
+        """Delete the schedule (its runs are kept)."""
+        runtime.delete_schedule(self.id)
+
+    def backfill(self, start: Any, end: Any, *, overlap: str = "allow_all") -> list[dict[str, Any]]:
+        """Fire each scheduled time in ``[start, end]`` once; repeating it starts nothing new."""
+        return runtime.backfill_schedule(self.id, start, end, overlap=overlap)
+
+
+def create_schedule(schedule_id: str, workflow: str | Any, **options: Any) -> ScheduleHandle:
+    """Create a schedule starting ``workflow`` (a registered name or a ``@workflow``
+    object) at each time of its spec: ``cron=`` (5 fields, or 6 with leading seconds, or
+    ``@daily``-style aliases) in ``timezone=`` (IANA, default UTC), or ``every=`` with an
+    optional ``offset=``. Other options: ``args``, ``kwargs``, ``overlap`` (``skip``,
+    ``buffer_one``, ``buffer_all``, ``cancel_other``, ``terminate_other``,
+    ``allow_all``), ``catchup_window`` (default 60 s), ``jitter``, ``start_at``,
+    ``end_at``, ``paused``, ``note``, ``search_attributes``.
+
+    Bad input raises a ``WeftError`` subclass (``InvalidSchedule``,
+    ``WorkflowNotRegistered``, ``WorkflowArgumentsError``, ``ScheduleAlreadyExists``)
+    and writes nothing."""
+    schedule = runtime.create_schedule(schedule_id, workflow, **options)
+    return ScheduleHandle(schedule.id)
+
+
+def get_schedule_handle(schedule_id: str) -> ScheduleHandle:
+    """A handle to an existing schedule; raises ``ScheduleNotFound``."""
+    runtime.describe_schedule(schedule_id, next_count=0)
+    return ScheduleHandle(schedule_id)

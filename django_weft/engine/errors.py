@@ -74,6 +74,14 @@ class WorkflowAlreadyExists(WeftError):
     """A start with ``on_conflict="fail"`` found a run with that workflow id."""
 
 
+class ScheduleNotFound(WeftError, LookupError):
+    """No schedule has the given id."""
+
+
+class ScheduleAlreadyExists(WeftError):
+    """A schedule with that id exists already (update it, or delete it first)."""
+
+
 class WorkflowTerminalError(WeftError):
     """The operation needs a non-terminal run, but the run has finished."""
 

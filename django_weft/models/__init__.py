@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from .messages import Signal, Update, UpdateStatus
 from .runs import WorkflowRun
+from .schedules import Schedule
 from .steps import Step
 from .timers import Timer
 
-__all__ = ["Signal", "Step", "Timer", "Update", "UpdateStatus", "WorkflowRun"]
+__all__ = ["Schedule", "Signal", "Step", "Timer", "Update", "UpdateStatus", "WorkflowRun"]

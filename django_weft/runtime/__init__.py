@@ -5,7 +5,7 @@ call these functions; the runtime writes no rows itself (the store does). One mo
 concern: :mod:`.process` (this process's engine and store, the on-commit doorbell),
 :mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
 suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
-:mod:`.sweep` (``tick``), :mod:`.reading`; and :mod:`.dispatch`, :mod:`.heartbeat`,
+:mod:`.sweep` (``tick``), :mod:`.schedules`, :mod:`.reading`; and :mod:`.dispatch`, :mod:`.heartbeat`,
 :mod:`.validation`.
 """
 
@@ -28,6 +28,18 @@ from .reading import (
     status_report,
 )
 from .records import HistoryEntry, RunRecord
+from .schedules import (
+    ScheduleDescription,
+    backfill_schedule,
+    create_schedule,
+    delete_schedule,
+    describe_schedule,
+    fire_due_schedules,
+    pause_schedule,
+    trigger_schedule,
+    unpause_schedule,
+    update_schedule,
+)
 from .starts import (
     ON_CONFLICT_CHOICES,
     SignalWithStartResult,
@@ -46,6 +58,7 @@ __all__ = [
     "HistoryEntry",
     "InProcessWorker",
     "RunRecord",
+    "ScheduleDescription",
     "SignalAccepted",
     "SignalWithStartResult",
     "StartOptions",
@@ -54,15 +67,21 @@ __all__ = [
     "TickReport",
     "_CurrentDispatcher",
     "_dispatch_on_commit",
+    "backfill_schedule",
     "cancel",
+    "create_schedule",
+    "delete_schedule",
     "delivers",
     "describe",
+    "describe_schedule",
     "dispatch_finalizer",
+    "fire_due_schedules",
     "get_dispatcher",
     "get_engine",
     "get_run",
     "get_store",
     "history",
+    "pause_schedule",
     "query",
     "read_history",
     "read_run",
@@ -80,6 +99,9 @@ __all__ = [
     "status_report",
     "suspend",
     "tick",
+    "trigger_schedule",
+    "unpause_schedule",
     "update",
     "update_result",
+    "update_schedule",
 ]

@@ -10,6 +10,7 @@ from ..conf import weft_settings
 from ..engine.ports import Dispatcher
 from .dispatch import delivers, get_dispatcher
 from .process import get_store
+from .schedules import fire_due_schedules
 from .worker import dispatch_finalizer
 
 logger = logging.getLogger("django_weft.runtime")
@@ -27,13 +28,15 @@ class TickReport:
     """Child runs cancelled because their parent had closed (its parent-close policy)."""
     finalizers: int = 0
     """Finalizer attempts sent (first attempts of timed-out runs, retries, lost attempts)."""
+    schedules: int = 0
+    """Schedules that were due (or held buffered fires) and were handled."""
 
 
 _last_purge = [0.0]
 
 
 def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None = None) -> TickReport:
-    """One sweep: fire due timers, then dispatch runnable runs and expired leases.
+    """One sweep: fire due timers and schedules, then dispatch runnable runs and expired leases.
 
     Safe to run from several processes at once: rows are taken with
     ``select_for_update(skip_locked=True)``, so each timer fires once.
@@ -49,6 +52,7 @@ def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None
     batch = weft_settings.TICK_BATCH
     report = TickReport()
     report.fired = len(store.fire_due_timers(batch))
+    report.schedules = fire_due_schedules(batch)
     # Children left running by parents that closed without applying their policy (a
     # process died in between; timed-out parents always come this way).
     report.closed_children = store.close_orphaned_children(batch)

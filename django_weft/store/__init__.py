@@ -3,7 +3,7 @@
 Split by caller: :mod:`.turns` and :mod:`.turn_messages` (the engine's port),
 :mod:`.intake` (new runs, signals, updates), :mod:`.transitions` (cancel, suspend,
 resume, retry), :mod:`.attempts` and :mod:`.finalizers` (work on workers),
-:mod:`.children`, :mod:`.sweep`; :mod:`.waking` reads what the engine's wait decisions
+:mod:`.children`, :mod:`.sweep`, :mod:`.schedules`; :mod:`.waking` reads what the engine's wait decisions
 need; every raw statement is in :mod:`.sql`, the shared plumbing in :mod:`.base`.
 Callers see one class, :class:`DjangoStore`.
 """
@@ -11,12 +11,13 @@ Callers see one class, :class:`DjangoStore`.
 from __future__ import annotations
 
 from .intake import IntakeMixin
+from .schedules import SchedulesMixin
 from .sweep import SweepMixin
 from .turn_messages import TurnMessagesMixin
 from .turns import TurnsMixin
 
 
-class DjangoStore(TurnsMixin, TurnMessagesMixin, IntakeMixin, SweepMixin):
+class DjangoStore(TurnsMixin, TurnMessagesMixin, IntakeMixin, SweepMixin, SchedulesMixin):
     """The engine's :class:`~django_weft.engine.ports.TurnStore` on a Django database."""
 
 

@@ -1,0 +1,91 @@
+"""Schedules' rows: created, changed and deleted for the runtime's schedule functions,
+and claimed by the tick with ``select_for_update(skip_locked=True)``, so several
+tickers share the due schedules and each is fired by one of them at a time."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from ..engine.errors import ScheduleAlreadyExists, ScheduleNotFound
+from ..models import Schedule
+from ..models.querysets import WorkflowRunQuerySet
+from .base import StoreBase
+
+
+class SchedulesMixin(StoreBase):
+    """Schedule rows; the decisions about them are the engine's (``schedule_firing``)."""
+
+    def _schedules(self) -> Any:
+        return Schedule.objects.using(self.alias)
+
+    def insert_schedule(self, fields: dict[str, Any]) -> Schedule:
+        """Insert a schedule; ``ScheduleAlreadyExists`` if its id is taken."""
+        try:
+            with transaction.atomic(using=self.alias):
+                return self._schedules().create(**fields)
+        except IntegrityError:
+            if self._schedules().filter(pk=fields["id"]).exists():
+                raise ScheduleAlreadyExists(
+                    f"a schedule with id {fields['id']!r} exists already; update it, or delete it first"
+                ) from None
+            raise
+
+    def lock_schedule(self, schedule_id: str) -> Schedule:
+        """The schedule, locked until the caller's transaction ends (the tick waits)."""
+        found = self._schedules().select_for_update().filter(pk=schedule_id).first()
+        if found is None:
+            raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
+        return found
+
+    def read_schedule(self, schedule_id: str) -> Schedule:
+        found = self._schedules().filter(pk=schedule_id).first()
+        if found is None:
+            raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
+        return found
+
+    def save_schedule(self, schedule: Schedule, fields: list[str]) -> None:
+        """Write ``fields`` of a schedule the caller has locked."""
+        schedule.save(using=self.alias, update_fields=[*fields, "updated_at"])
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        deleted, _ = self._schedules().filter(pk=schedule_id).delete()
+        if not deleted:
+            raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
+
+    def claim_due_schedules(self, now: datetime, batch: int) -> list[Schedule]:
+        """Lock up to ``batch`` schedules that are due at ``now`` or hold buffered fires,
+        skipping those another ticker holds. In the caller's transaction."""
+        due = list(
+            self._schedules()
+            .filter(paused=False, next_fire_at__isnull=False, next_fire_at__lte=now)
+            .order_by("next_fire_at")
+            .select_for_update(skip_locked=True)[:batch]
+        )
+        if len(due) < batch:
+            taken = [schedule.pk for schedule in due]
+            due += list(
+                self._schedules()
+                .filter(buffered_count__gt=0, paused=False)
+                .exclude(pk__in=taken)
+                .order_by("pk")
+                .select_for_update(skip_locked=True)[: batch - len(due)]
+            )
+        return due
+
+    def latest_run_of(self, workflow_id: str) -> tuple[str, str] | None:
+        """``(run id, status)`` of the newest run with ``workflow_id``: the live one if any."""
+        runs: WorkflowRunQuerySet = self._runs().for_workflow_id(workflow_id)
+        found = (runs.active().values_list("pk", "status").first()) or runs.values_list(
+            "pk", "status"
+        ).first()
+        return (str(found[0]), str(found[1])) if found else None
+
+    def run_statuses(self, run_ids: list[str]) -> dict[str, str]:
+        """The current status of each of ``run_ids`` that still exists."""
+        if not run_ids:
+            return {}
+        rows = self._runs().filter(pk__in=run_ids).values_list("pk", "status")
+        return {str(pk): str(status) for pk, status in rows}

@@ -1,0 +1,277 @@
+"""Schedules on the database: create and check, the tick's fires (idempotent), catch-up,
+each overlap policy with a run that outlives the interval, pause/unpause/trigger/
+update/delete/backfill. Time passes by moving ``next_fire_at`` into the past."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from django_weft import (
+    InvalidSchedule,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
+    WorkflowArgumentsError,
+    WorkflowNotRegistered,
+    client,
+)
+from django_weft.models import Schedule, WorkflowRun
+from django_weft.runtime import fire_due_schedules, get_store
+from django_weft.testing import drive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LONG = "tests.m.wait_with_timeout"  # waits for signal "go": outlives any interval here
+
+
+def now() -> datetime:
+    return get_store().db_now()
+
+
+def runs_of(schedule_id: str) -> list[WorkflowRun]:
+    return list(WorkflowRun.objects.filter(workflow_id__startswith=f"{schedule_id}-").order_by("created_at"))
+
+
+def come_due(schedule_id: str, ago: float = 0.5) -> datetime:
+    """Move the schedule's next fire into the past by ``ago`` seconds (as if time passed)."""
+    moment = (now() - timedelta(seconds=ago)).replace(microsecond=0)
+    Schedule.objects.filter(pk=schedule_id).update(next_fire_at=moment)
+    return moment
+
+
+def test_create_computes_the_first_fire_and_describe_shows_it() -> None:
+    handle = client.create_schedule("hourly", "tests.echo", args=[1], every="1h", offset="5m")
+    schedule = Schedule.objects.get(pk="hourly")
+    assert schedule.workflow_name == "tests.echo" and schedule.args == [1]
+    assert schedule.next_fire_at is not None and schedule.next_fire_at > now()
+    assert schedule.next_fire_at.minute == 5 and schedule.next_fire_at.second == 0
+    described = handle.describe(next_count=3)
+    assert described.spec == "every 1h at +5m"
+    assert [t - described.next_fire_times[0] for t in described.next_fire_times] == [
+        timedelta(0), timedelta(hours=1), timedelta(hours=2)
+    ]  # fmt: skip
+    assert described.fired == described.skipped == described.missed == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"cron": "61 * * * *"}, InvalidSchedule),
+        ({"cron": "* * * * *", "timezone": "Nowhere/City"}, InvalidSchedule),
+        ({}, InvalidSchedule),
+        ({"cron": "* * * * *", "every": 60}, InvalidSchedule),
+        (
+            {
+                "every": 60,
+                "start_at": datetime(2027, 2, 1, tzinfo=UTC),
+                "end_at": datetime(2027, 1, 1, tzinfo=UTC),
+            },
+            InvalidSchedule,
+        ),
+        ({"every": 60, "overlap": "sometimes"}, InvalidSchedule),
+        ({"every": 60, "catchup_window": "forever"}, InvalidSchedule),
+        ({"every": 60, "search_attributes": {"weft_schedule_id": "x"}}, InvalidSchedule),
+        ({"every": 60, "workflow": "tests.nope"}, WorkflowNotRegistered),
+        ({"every": 60, "workflow": "tests.countdown"}, WorkflowArgumentsError),  # n missing
+    ],
+)
+def test_bad_input_raises_and_writes_nothing(options: dict[str, Any], error: type[Exception]) -> None:
+    workflow = options.pop("workflow", "tests.echo")
+    with pytest.raises(error):
+        client.create_schedule("bad", workflow, **options)
+    assert not Schedule.objects.exists()
+
+
+def test_bad_ids_and_a_taken_id() -> None:
+    for bad in ["", "has space", "-lead", "x" * 201, 7]:
+        with pytest.raises(InvalidSchedule):
+            client.create_schedule(bad, "tests.echo", every=60)  # type: ignore[arg-type]
+    client.create_schedule("taken", "tests.echo", every=60)
+    with pytest.raises(ScheduleAlreadyExists):
+        client.create_schedule("taken", "tests.echo", every=120)
+    assert Schedule.objects.get(pk="taken").every_seconds == 60
+    with pytest.raises(ScheduleNotFound):
+        client.get_schedule_handle("missing")
+
+
+def test_a_due_fire_starts_one_run_with_its_id_and_attributes() -> None:
+    client.create_schedule(
+        "nightly", "tests.echo", args=["report"], every="1h", search_attributes={"team": "ops"}
+    )
+    scheduled = come_due("nightly")
+    assert fire_due_schedules(100) == 1
+    (run,) = runs_of("nightly")
+    assert run.workflow_id == f"nightly-{scheduled:%Y-%m-%dT%H:%M:%SZ}"
+    assert run.search_attributes == {
+        "team": "ops",
+        "weft_schedule_id": "nightly",
+        "weft_scheduled_at": scheduled.isoformat().replace("+00:00", "Z"),
+    }
+    schedule = Schedule.objects.get(pk="nightly")
+    assert schedule.fired_count == 1 and schedule.next_fire_at > now()
+    assert schedule.recent_actions[0]["outcome"] == "started"
+    assert schedule.recent_actions[0]["run_id"] == str(run.pk)
+    assert fire_due_schedules(100) == 0  # nothing due any more
+    drive(str(run.pk))
+    described = client.get_schedule_handle("nightly").describe()
+    assert described.recent_actions[0]["run_status"] == "completed"
+
+
+def test_a_fire_repeated_after_a_lost_advance_starts_nothing_new() -> None:
+    """As if a process started the run and died before the schedule row moved on."""
+    client.create_schedule("again", "tests.echo", every="1h", overlap="allow_all")
+    scheduled = come_due("again")
+    fire_due_schedules(100)
+    Schedule.objects.filter(pk="again").update(next_fire_at=scheduled, latest_workflow_id="")
+    fire_due_schedules(100)
+    assert len(runs_of("again")) == 1
+    schedule = Schedule.objects.get(pk="again")
+    assert schedule.fired_count == 1
+    assert schedule.recent_actions[0]["outcome"] == "already_started"
+
+
+def test_catch_up_starts_fires_inside_the_window_and_counts_older_ones() -> None:
+    client.create_schedule("catchup", "tests.echo", every="1m", catchup_window="5m", overlap="allow_all")
+    # Nothing ticked for 10 minutes.
+    base = come_due("catchup", ago=600)
+    fire_due_schedules(100)
+    schedule = Schedule.objects.get(pk="catchup")
+    started = runs_of("catchup")
+    assert 5 <= len(started) <= 6  # the fires of the last five minutes (and now)
+    assert schedule.missed_count == 11 - len(started)
+    assert schedule.last_missed_at is not None and schedule.last_missed_at < base + timedelta(minutes=6)
+    assert schedule.fired_count == len(started)
+
+
+def _open_run_and_next_fire(schedule_id: str, overlap: str) -> tuple[WorkflowRun, WorkflowRun | None]:
+    """Two hourly fires come due at once (the last full hour and the one before); the
+    first one's run waits for a signal, so it is still open at the second."""
+    client.create_schedule(schedule_id, LONG, args=[3600], every="1h", overlap=overlap, catchup_window="1d")
+    hour = now().replace(minute=0, second=0, microsecond=0)
+    Schedule.objects.filter(pk=schedule_id).update(next_fire_at=hour - timedelta(hours=1))
+    fire_due_schedules(100)
+    runs = runs_of(schedule_id)
+    assert len(runs) <= 2
+    return runs[0], runs[1] if len(runs) > 1 else None
+
+
+def next_hour_due(schedule_id: str) -> None:
+    """The next hourly fire comes due (as if an hour passed)."""
+    Schedule.objects.filter(pk=schedule_id).update(next_fire_at=now().replace(microsecond=0))
+
+
+def test_overlap_skip() -> None:
+    _first, second = _open_run_and_next_fire("o-skip", "skip")
+    assert second is None
+    schedule = Schedule.objects.get(pk="o-skip")
+    assert schedule.skipped_count >= 1 and schedule.fired_count == 1
+    assert schedule.recent_actions[0]["outcome"] == "skipped"
+
+
+def test_overlap_buffer_one_starts_the_buffered_fire_when_the_run_finishes() -> None:
+    first, second = _open_run_and_next_fire("o-buf1", "buffer_one")
+    assert second is None
+    schedule = Schedule.objects.get(pk="o-buf1")
+    assert schedule.buffered_count == 1  # the second fire waits; a third is skipped
+    next_hour_due("o-buf1")
+    fire_due_schedules(100)
+    schedule.refresh_from_db()
+    assert schedule.buffered_count == 1 and schedule.skipped_count == 1
+    client.get_handle(str(first.pk)).cancel("done")
+    fire_due_schedules(100)
+    runs = runs_of("o-buf1")
+    assert len(runs) == 2
+    schedule.refresh_from_db()
+    assert schedule.buffered_count == 0 and schedule.recent_actions[0]["source"] == "buffer"
+
+
+def test_overlap_buffer_all_starts_them_one_after_another() -> None:
+    _first, _ = _open_run_and_next_fire("o-bufall", "buffer_all")
+    next_hour_due("o-bufall")
+    fire_due_schedules(100)
+    assert Schedule.objects.get(pk="o-bufall").buffered_count == 2
+    for expected in (2, 3):
+        client.get_handle(str(runs_of("o-bufall")[-1].pk)).cancel("done")
+        fire_due_schedules(100)
+        assert len(runs_of("o-bufall")) == expected
+    assert Schedule.objects.get(pk="o-bufall").buffered_count == 0
+
+
+@pytest.mark.parametrize("overlap", ["cancel_other", "terminate_other"])
+def test_overlap_cancel_or_terminate_other(overlap: str) -> None:
+    first, second = _open_run_and_next_fire(f"o-{overlap}", overlap)
+    assert second is not None
+    first.refresh_from_db()
+    assert first.status == "cancelled" and second.status != "cancelled"
+
+
+def test_overlap_allow_all() -> None:
+    first, second = _open_run_and_next_fire("o-all", "allow_all")
+    assert second is not None
+    assert {first.status, second.status} <= {"running", "pending", "waiting"}
+
+
+def test_pause_unpause() -> None:
+    handle = client.create_schedule("p", "tests.echo", every="1h")
+    come_due("p")
+    handle.pause("maintenance")
+    assert fire_due_schedules(100) == 0
+    assert handle.describe().paused and handle.describe().note == "maintenance"
+    assert handle.describe().next_fire_times == []
+    handle.unpause()
+    schedule = Schedule.objects.get(pk="p")
+    assert not schedule.paused and schedule.next_fire_at > now()  # the paused-over fire is dropped
+    assert runs_of("p") == []
+
+
+def test_trigger_fires_now_honouring_or_overriding_overlap() -> None:
+    handle = client.create_schedule("t", LONG, args=[3600], every="1d")
+    action = handle.trigger()
+    assert action["outcome"] == "started"
+    assert handle.trigger()["outcome"] in {"skipped", "already_started"}  # the first is still open
+    Schedule.objects.filter(pk="t").update(recent_actions=[])
+    forced = handle.trigger(overlap="allow_all")
+    assert forced["outcome"] in {"started", "already_started"}  # same second: same workflow id
+
+
+def test_update_takes_effect_from_the_next_fire() -> None:
+    handle = client.create_schedule("u", "tests.echo", every="1h")
+    handle.update(cron="0 9 * * *", timezone="Europe/Oslo", overlap="allow_all", args=[2])
+    schedule = Schedule.objects.get(pk="u")
+    assert schedule.cron == "0 9 * * *" and schedule.every_seconds is None
+    assert schedule.overlap == "allow_all" and schedule.args == [2]
+    assert schedule.next_fire_at.astimezone(ZoneInfo("Europe/Oslo")).hour == 9
+    before = Schedule.objects.get(pk="u").updated_at
+    with pytest.raises(InvalidSchedule):
+        handle.update(cron="nope")
+    with pytest.raises(InvalidSchedule):
+        handle.update(colour="red")
+    assert Schedule.objects.get(pk="u").updated_at == before  # nothing written
+
+
+def test_delete_keeps_the_runs() -> None:
+    handle = client.create_schedule("d", "tests.echo", every="1h")
+    handle.trigger()
+    handle.delete()
+    assert not Schedule.objects.filter(pk="d").exists()
+    assert len(runs_of("d")) == 1
+    with pytest.raises(ScheduleNotFound):
+        handle.delete()
+
+
+def test_backfill_fires_each_time_once_and_twice_is_a_no_op() -> None:
+    handle = client.create_schedule("b", "tests.echo", every="1h")
+    start, end = datetime(2027, 1, 1, tzinfo=UTC), datetime(2027, 1, 1, 5, tzinfo=UTC)
+    actions = handle.backfill(start, end)
+    assert [a["outcome"] for a in actions] == ["started"] * 6
+    assert handle.backfill(start, end) and len(runs_of("b")) == 6
+    assert {a["outcome"] for a in handle.backfill(start, end)} == {"already_started"}
+    assert sorted(r.workflow_id for r in runs_of("b"))[0] == "b-2027-01-01T00:00:00Z"
+    with pytest.raises(InvalidSchedule):
+        handle.backfill(end, start)
+    with pytest.raises(InvalidSchedule):
+        handle.backfill(datetime(2027, 1, 1), end)
+    assert Schedule.objects.get(pk="b").fired_count == 6
