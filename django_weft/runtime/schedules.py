@@ -392,9 +392,10 @@ _STATE_FIELDS = [
 
 
 def fire_due_schedules(batch: int) -> int:
-    """Fire the schedules due now, ``batch`` per transaction, until none is due; returns
-    how many schedules were handled. Several processes may call it at once: each due
-    schedule is locked (``SKIP LOCKED``) by one of them."""
+    """Fire the schedules due now, ``batch`` per transaction, until none is due, then
+    start the buffered fires whose blocking run has finished (one pass); returns how
+    many schedules were handled. Several processes may call it at once: each schedule
+    is locked (``SKIP LOCKED``) by one of them."""
     store = get_store()
     handled = 0
     while True:
@@ -406,15 +407,34 @@ def fire_due_schedules(batch: int) -> int:
                 store.save_schedule(schedule, _STATE_FIELDS)
         handled += len(due)
         if len(due) < batch:
+            break
+    after = ""
+    while True:
+        with transaction.atomic(using=store.alias):
+            now = store.db_now()
+            buffered = store.claim_buffered_schedules(after, batch)
+            for schedule in buffered:
+                if _start_buffered(schedule, now):
+                    store.save_schedule(schedule, _STATE_FIELDS)
+                    handled += 1
+        if len(buffered) < batch:
             return handled
+        after = buffered[-1].pk
+
+
+def _start_buffered(schedule: Schedule, now: datetime) -> bool:
+    """Start the oldest buffered fire if the schedule's run has finished."""
+    if not schedule.buffered or _open_run(schedule):
+        return False
+    first, rest = schedule.buffered[0], schedule.buffered[1:]
+    schedule.buffered, schedule.buffered_count = rest, len(rest)
+    _start(schedule, datetime.fromisoformat(first), now, source="buffer")
+    return True
 
 
 def _tick_schedule(schedule: Schedule, now: datetime) -> None:
     """Start what is due for one locked schedule (its buffered fires first)."""
-    if schedule.buffered and not _open_run(schedule):
-        first, rest = schedule.buffered[0], schedule.buffered[1:]
-        schedule.buffered, schedule.buffered_count = rest, len(rest)
-        _start(schedule, datetime.fromisoformat(first), now, source="buffer")
+    _start_buffered(schedule, now)
     if schedule.next_fire_at is None or schedule.next_fire_at > now:
         return
     due = due_fires(spec_of(schedule), schedule.next_fire_at, now, schedule.catchup_window_seconds)

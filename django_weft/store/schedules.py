@@ -56,24 +56,24 @@ class SchedulesMixin(StoreBase):
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
 
     def claim_due_schedules(self, now: datetime, batch: int) -> list[Schedule]:
-        """Lock up to ``batch`` schedules that are due at ``now`` or hold buffered fires,
-        skipping those another ticker holds. In the caller's transaction."""
-        due = list(
+        """Lock up to ``batch`` schedules due at ``now`` (oldest first), skipping those
+        another ticker holds. In the caller's transaction."""
+        return list(
             self._schedules()
             .filter(paused=False, next_fire_at__isnull=False, next_fire_at__lte=now)
             .order_by("next_fire_at")
             .select_for_update(skip_locked=True)[:batch]
         )
-        if len(due) < batch:
-            taken = [schedule.pk for schedule in due]
-            due += list(
-                self._schedules()
-                .filter(buffered_count__gt=0, paused=False)
-                .exclude(pk__in=taken)
-                .order_by("pk")
-                .select_for_update(skip_locked=True)[: batch - len(due)]
-            )
-        return due
+
+    def claim_buffered_schedules(self, after: str, batch: int) -> list[Schedule]:
+        """Lock up to ``batch`` schedules holding buffered fires, ids after ``after``
+        (keyset order, so a pass over them ends), skipping those another ticker holds."""
+        return list(
+            self._schedules()
+            .filter(buffered_count__gt=0, paused=False, pk__gt=after)
+            .order_by("pk")
+            .select_for_update(skip_locked=True)[:batch]
+        )
 
     def latest_run_of(self, workflow_id: str) -> tuple[str, str] | None:
         """``(run id, status)`` of the newest run with ``workflow_id``: the live one if any."""

@@ -275,3 +275,10 @@ def test_backfill_fires_each_time_once_and_twice_is_a_no_op() -> None:
     with pytest.raises(InvalidSchedule):
         handle.backfill(datetime(2027, 1, 1), end)
     assert Schedule.objects.get(pk="b").fired_count == 6
+
+
+def test_a_tick_ends_with_more_blocked_buffers_than_a_batch() -> None:
+    for index in range(5):
+        _open_run_and_next_fire(f"blocked-{index}", "buffer_all")
+    assert Schedule.objects.filter(buffered_count__gt=0).count() == 5
+    assert fire_due_schedules(2) == 0  # every run still open: nothing to start, and it returns
