@@ -19,7 +19,7 @@ import logging
 import random as _random
 import time
 import uuid
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -87,6 +87,21 @@ class WorkflowInfo:
     workflow_name: str
     attempt: int
     started_at: datetime
+    schedule_id: str | None = None
+    """The schedule that started this run, if one did."""
+    scheduled_at: datetime | None = None
+    """The time the schedule fired this run for (UTC; before any jitter or catch-up delay)."""
+
+
+def _schedule_info(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``schedule_id`` and ``scheduled_at`` from a scheduled run's start attributes."""
+    schedule_id, moment = attributes.get("weft_schedule_id"), attributes.get("weft_scheduled_at")
+    if not isinstance(schedule_id, str) or not isinstance(moment, str):
+        return {}
+    try:
+        return {"schedule_id": schedule_id, "scheduled_at": datetime.fromisoformat(moment)}
+    except ValueError:
+        return {}
 
 
 class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
@@ -149,6 +164,7 @@ class WorkflowContext:
             workflow_name=claimed.workflow_name,
             attempt=claimed.attempt,
             started_at=claimed.created_at,
+            **_schedule_info(claimed.search_attributes),
         )
         self.logger: logging.LoggerAdapter[logging.Logger] = _ReplayAwareLogger(
             logging.getLogger(f"django_weft.workflow.{workflow.name}"), self

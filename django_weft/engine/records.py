@@ -134,6 +134,9 @@ class ClaimedRun:
     db_now: datetime
     steps: dict[int, StepRecord] = field(default_factory=dict)
     parent_run_id: str | None = None
+    search_attributes: dict[str, Any] = field(default_factory=dict)
+    """As stored when the run was claimed; the engine reads only the ``weft_`` ones set
+    at start (a scheduled run's schedule id and time)."""
 
 
 class MessageKind(enum.StrEnum):

@@ -138,6 +138,7 @@ def _replay(run: WorkflowRun) -> WorkflowContext:
         created_at=run.created_at,
         db_now=store.db_now(),
         steps=store.load_steps(str(run.pk)),
+        search_attributes=dict(run.search_attributes or {}),
     )
     return get_engine().replay_read_only(claimed)
 

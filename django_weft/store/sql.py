@@ -112,7 +112,8 @@ class SqlStatements(StoreBase):
         # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
         # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
         returning = (
-            "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, parent_id"
+            "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
+            "parent_id, search_attributes"
         )
         if self.is_postgres:
             sql = (

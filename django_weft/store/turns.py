@@ -63,7 +63,7 @@ class TurnsMixin(AttemptsMixin):
                 self._discard_wake(run_id, status)
             if row is None:
                 return None
-        workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, db_now = row
+        workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, db_now = row
         return ClaimedRun(
             run_id=str(run_id),
             workflow_id=workflow_id,
@@ -76,6 +76,7 @@ class TurnsMixin(AttemptsMixin):
             db_now=_aware(db_now),
             steps={} if int(epoch) == 1 else self.load_steps(run_id),
             parent_run_id=str(parent_id) if parent_id else None,
+            search_attributes=_json(attributes) or {},
         )
 
     def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
@@ -128,6 +129,7 @@ class TurnsMixin(AttemptsMixin):
                 run.attempt,
                 run.created_at,
                 run.parent_id,
+                run.search_attributes,
                 now,
             )
 

@@ -282,3 +282,16 @@ def test_a_tick_ends_with_more_blocked_buffers_than_a_batch() -> None:
         _open_run_and_next_fire(f"blocked-{index}", "buffer_all")
     assert Schedule.objects.filter(buffered_count__gt=0).count() == 5
     assert fire_due_schedules(2) == 0  # every run still open: nothing to start, and it returns
+
+
+def test_the_workflow_sees_its_schedule_and_scheduled_time() -> None:
+    client.create_schedule("seen", "tests.schedule_info", every="1h")
+    scheduled = come_due("seen")
+    fire_due_schedules(100)
+    (run,) = runs_of("seen")
+    drive(str(run.pk))
+    run.refresh_from_db()
+    assert run.result == {"schedule_id": "seen", "scheduled_at": scheduled.isoformat()}
+    plain = client.start("tests.schedule_info")
+    drive(plain.run_id)
+    assert WorkflowRun.objects.get(pk=plain.run_id).result == {"schedule_id": None, "scheduled_at": None}

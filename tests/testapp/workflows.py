@@ -710,3 +710,10 @@ def bad_child_id(ctx: Any) -> None:
 @workflow(name="tests.c.countdown_parent_for_skew")
 def countdown_parent_for_skew(ctx: Any) -> Any:
     return ctx.run_child("tests.countdown", 1)
+
+
+@workflow(name="tests.schedule_info")
+def schedule_info(ctx: Any) -> dict[str, Any]:
+    """Returns the schedule id and scheduled time of its run (``None`` when not scheduled)."""
+    moment = ctx.info.scheduled_at
+    return {"schedule_id": ctx.info.schedule_id, "scheduled_at": moment.isoformat() if moment else None}
