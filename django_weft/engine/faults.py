@@ -34,6 +34,7 @@ POINTS = frozenset(
         "before_update_apply",
         "before_update_answer",
         "before_finalizer_finish",
+        "schedule_before_advance",
     }
 )
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ..engine import codec
+from ..engine import codec, faults
 from ..engine.durations import Duration, parse_duration
 from ..engine.errors import InvalidDuration, WeftError
 from ..engine.records import TERMINAL_STATUSES
@@ -404,6 +404,8 @@ def fire_due_schedules(batch: int) -> int:
             due = store.claim_due_schedules(now, batch)
             for schedule in due:
                 _tick_schedule(schedule, now)
+                # Its runs are started (in this transaction); the schedule has not moved on.
+                faults.hit("schedule_before_advance", schedule_id=schedule.pk)
                 store.save_schedule(schedule, _STATE_FIELDS)
         handled += len(due)
         if len(due) < batch:
