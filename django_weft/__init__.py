@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .engine.context import ActivityInfo, WorkflowContext, WorkflowInfo, activity_info
+from .engine.declared_schedules import schedule
 from .engine.durations import parse_duration
 from .engine.errors import (
     ActivityFailed,
@@ -89,6 +90,7 @@ __all__ = [
     "activity_info",
     "client",
     "parse_duration",
+    "schedule",
     "workflow",
 ]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from .declared_schedules import DeclaredSchedule
 from .durations import Duration, parse_duration
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowArgumentsError, WorkflowNotRegistered
 from .ports import get_starter
@@ -63,6 +64,8 @@ class Workflow(Generic[P, R]):
     version: str = ""
     finalizer: Activity[..., Any] | None = None
     parameters: inspect.Signature | None = field(default=None, repr=False)
+    schedules: tuple[DeclaredSchedule, ...] = ()
+    """Schedules declared with the workflow (created by ``manage.py weft_schedules sync``)."""
 
     def __call__(self, ctx: WorkflowContext, *args: Any, **kwargs: Any) -> R:
         return self.fn(ctx, *args, **kwargs)
@@ -150,13 +153,19 @@ def workflow(
     name: str | None = None,
     version: str = "",
     finalizer: Activity[..., Any] | None = None,
+    schedules: Sequence[DeclaredSchedule] = (),
 ) -> Any:
     """Register a workflow function ``fn(ctx, *args, **kwargs)``.
 
     Use bare (``@workflow``) or with options (``@workflow(name="orders.fulfil")``). The
     name defaults to ``module.qualname``; pick an explicit one so renaming or moving the
-    function does not orphan running workflows.
+    function does not orphan running workflows. ``schedules`` declares recurring starts
+    (:func:`django_weft.schedule`), created by ``manage.py weft_schedules sync``.
     """
+    declared = tuple(schedules)
+    for item in declared:
+        if not isinstance(item, DeclaredSchedule):
+            raise ConfigurationError(f"schedules= takes django_weft.schedule(...) declarations; got {item!r}")
 
     def decorate(func: Callable[..., R]) -> Workflow[..., R]:
         if not callable(func):
@@ -169,6 +178,7 @@ def workflow(
             # The function as called: a decorator's wrapper may take other arguments than
             # the function it wraps (functools.wraps sets __wrapped__).
             parameters=inspect.signature(func, follow_wrapped=False),
+            schedules=declared,
         )
         wf.__doc__ = func.__doc__
         registry.add_workflow(wf)

@@ -46,6 +46,19 @@ class SchedulesMixin(StoreBase):
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
         return found
 
+    def lock_schedules(self, schedule_ids: list[str]) -> list[Schedule]:
+        """The schedules among ``schedule_ids`` that exist, locked (in id order)."""
+        return list(self._schedules().select_for_update().filter(pk__in=schedule_ids).order_by("pk"))
+
+    def managed_schedule_ids(self, *, exclude: list[str]) -> list[str]:
+        """Ids of schedules declared in code (managed), except ``exclude``."""
+        return list(
+            self._schedules().filter(managed=True).exclude(pk__in=exclude).values_list("pk", flat=True)
+        )
+
+    def all_schedules(self) -> Any:
+        return self._schedules().order_by("pk")
+
     def save_schedule(self, schedule: Schedule, fields: list[str]) -> None:
         """Write ``fields`` of a schedule the caller has locked."""
         schedule.save(using=self.alias, update_fields=[*fields, "updated_at"])

@@ -14,6 +14,7 @@ from django_weft import (
     WorkflowAlreadyExists,
     activity,
     activity_info,
+    schedule,
     workflow,
 )
 
@@ -717,3 +718,12 @@ def schedule_info(ctx: Any) -> dict[str, Any]:
     """Returns the schedule id and scheduled time of its run (``None`` when not scheduled)."""
     moment = ctx.info.scheduled_at
     return {"schedule_id": ctx.info.schedule_id, "scheduled_at": moment.isoformat() if moment else None}
+
+
+@workflow(
+    name="tests.scheduled_report",
+    schedules=[schedule("tests-nightly-report", cron="0 2 * * *", timezone="Europe/Oslo", args=["nightly"])],
+)
+def scheduled_report(ctx: Any, kind: str = "daily") -> str:
+    """Declares a schedule in code (synced by ``manage.py weft_schedules sync``)."""
+    return f"{kind} report"
