@@ -7,7 +7,15 @@ import hashlib
 import logging
 from typing import Any
 
-from django_weft import RetryPolicy, SignalTimeout, WorkflowContext, activity, activity_info, workflow
+from django_weft import (
+    RetryPolicy,
+    SignalTimeout,
+    WorkflowContext,
+    activity,
+    activity_info,
+    schedule,
+    workflow,
+)
 
 from .models import Order
 
@@ -109,3 +117,28 @@ def fulfil(ctx: WorkflowContext, order_id: int) -> dict[str, Any]:
         "confirmation": message,
         "gift_note": progress["gift_note"],
     }
+
+
+# -- a recurring workflow -------------------------------------------------------------------
+
+
+@activity(name="orders.count_by_status")
+def count_by_status() -> dict[str, int]:
+    counts = {status: 0 for status in Order.Status.values}
+    for status in Order.objects.values_list("status", flat=True):
+        counts[status] += 1
+    return counts
+
+
+# Declared next to the workflow; `manage.py weft_schedules sync` (run by scripts/run-example)
+# creates it, and Celery beat's tick fires it at 02:00 Oslo time, DST or not.
+@workflow(
+    name="orders.nightly_report",
+    schedules=[schedule("nightly-orders-report", cron="0 2 * * *", timezone="Europe/Oslo")],
+)
+def nightly_report(ctx: WorkflowContext) -> dict[str, Any]:
+    """Counts the orders by status, for the night's scheduled time."""
+    counts = ctx.run(count_by_status)
+    day = ctx.info.scheduled_at or ctx.now()
+    ctx.logger.info("orders on %s: %s", day.date(), counts)
+    return {"scheduled_at": day.isoformat(), "orders": counts}
