@@ -398,7 +398,8 @@ def fire_due_schedules(batch: int) -> int:
     is locked (``SKIP LOCKED``) by one of them."""
     store = get_store()
     handled = 0
-    while True:
+    any_due, any_buffered = store.schedule_work_pending()
+    while any_due:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
             due = store.claim_due_schedules(now, batch)
@@ -406,12 +407,12 @@ def fire_due_schedules(batch: int) -> int:
                 _tick_schedule(schedule, now)
                 # Its runs are started (in this transaction); the schedule has not moved on.
                 faults.hit("schedule_before_advance", schedule_id=schedule.pk)
-                store.save_schedule(schedule, _STATE_FIELDS)
+            store.save_schedules(due, _STATE_FIELDS)
         handled += len(due)
         if len(due) < batch:
             break
     after = ""
-    while True:
+    while any_buffered:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
             buffered = store.claim_buffered_schedules(after, batch)
@@ -420,8 +421,9 @@ def fire_due_schedules(batch: int) -> int:
                     store.save_schedule(schedule, _STATE_FIELDS)
                     handled += 1
         if len(buffered) < batch:
-            return handled
+            break
         after = buffered[-1].pk
+    return handled
 
 
 def _start_buffered(schedule: Schedule, now: datetime) -> bool:
@@ -488,18 +490,18 @@ def _start(schedule: Schedule, moment: datetime, now: datetime, *, source: str) 
                   "weft_scheduled_at": _iso(moment)}  # fmt: skip
     entry: dict[str, Any] = {"scheduled_at": _iso(moment), "actual_at": _iso(now), "source": source}
     try:
-        with transaction.atomic(using=get_store().alias):
-            started = start_with(
-                schedule.workflow_name,
-                schedule.args,
-                schedule.kwargs,
-                StartOptions(
-                    id=workflow_id,
-                    on_conflict="use_existing",
-                    start_delay=delay.total_seconds() or None,
-                    search_attributes=attributes,
-                ),
-            )
+        # A refused start raises before writing; the start's own savepoint covers the rest.
+        started = start_with(
+            schedule.workflow_name,
+            schedule.args,
+            schedule.kwargs,
+            StartOptions(
+                id=workflow_id,
+                on_conflict="use_existing",
+                start_delay=delay.total_seconds() or None,
+                search_attributes=attributes,
+            ),
+        )
     except WeftError as exc:
         logger.error("schedule %s: the fire at %s could not start: %s", schedule.id, _iso(moment), exc)
         return _record(schedule, {**entry, "outcome": "error", "detail": f"{type(exc).__name__}: {exc}"})

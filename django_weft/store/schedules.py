@@ -12,10 +12,10 @@ from django.db import IntegrityError, transaction
 from ..engine.errors import ScheduleAlreadyExists, ScheduleNotFound
 from ..models import Schedule
 from ..models.querysets import WorkflowRunQuerySet
-from .base import StoreBase
+from .sql import SqlStatements
 
 
-class SchedulesMixin(StoreBase):
+class SchedulesMixin(SqlStatements):
     """Schedule rows; the decisions about them are the engine's (``schedule_firing``)."""
 
     def _schedules(self) -> Any:
@@ -63,10 +63,35 @@ class SchedulesMixin(StoreBase):
         """Write ``fields`` of a schedule the caller has locked."""
         schedule.save(using=self.alias, update_fields=[*fields, "updated_at"])
 
+    def save_schedules(self, schedules: list[Schedule], fields: list[str]) -> None:
+        """Write ``fields`` of schedules the caller has locked, in one statement."""
+        if not schedules:
+            return
+        now = self.db_now()
+        for schedule in schedules:
+            schedule.updated_at = now
+        self._schedules().bulk_update(schedules, [*fields, "updated_at"])
+
     def delete_schedule(self, schedule_id: str) -> None:
         deleted, _ = self._schedules().filter(pk=schedule_id).delete()
         if not deleted:
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
+
+    def schedule_work_pending(self) -> tuple[bool, bool]:
+        """``(any schedule due, any schedule holding buffered fires)``: one statement, no
+        lock, no transaction, on the two partial indexes; a tick with nothing to do
+        stops here."""
+        table = Schedule._meta.db_table
+        now = "now()" if self.is_postgres else "%s"
+        sql = (
+            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND next_fire_at <= {now}), "
+            f"EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND buffered_count > 0)"
+        )
+        params = [] if self.is_postgres else [self._dt(self.db_now())]
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            due, buffered = cursor.fetchone()
+        return bool(due), bool(buffered)
 
     def claim_due_schedules(self, now: datetime, batch: int) -> list[Schedule]:
         """Lock up to ``batch`` schedules due at ``now`` (oldest first), skipping those
