@@ -67,3 +67,30 @@ def test_a_ticker_killed_between_start_and_advance_leaves_no_duplicate_and_no_ga
     Schedule.objects.filter(pk="killed").update(paused=True)
     assert survivor.process.poll() is None, survivor.log
     assert_no_duplicate_and_no_gap("killed")
+
+
+def test_after_an_outage_fires_inside_the_window_start_and_older_ones_are_missed(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    handle = client.create_schedule(
+        "outage", "tests.echo", every="1s", overlap="allow_all", catchup_window="3s"
+    )
+    first_due = Schedule.objects.get(pk="outage").next_fire_at
+    time.sleep(10)  # no process ticks: about ten fires come due
+    worker = start_worker(threads=2, tick=0.1)
+    wait_for(lambda: Schedule.objects.get(pk="outage").missed_count, 30, "the missed fires to be counted")
+    time.sleep(2)
+    Schedule.objects.filter(pk="outage").update(paused=True)
+    assert worker.process.poll() is None, worker.log
+    schedule = Schedule.objects.get(pk="outage")
+    fired = sorted(scheduled_times("outage"))
+    missed_until = schedule.last_missed_at
+    # Everything before the window was counted, not started; every second after it fired.
+    assert schedule.missed_count >= 5
+    assert fired[0] > missed_until and fired[0] >= first_due
+    assert (fired[0] - missed_until).total_seconds() == 1  # no gap between missed and started
+    (missed,) = [a for a in schedule.recent_actions if a["outcome"] == "missed"]
+    first_tick = datetime.fromisoformat(missed["actual_at"])
+    assert 0 <= (first_tick - fired[0]).total_seconds() <= 3  # started late, within the window
+    assert_no_duplicate_and_no_gap("outage")
+    assert handle.describe().missed == schedule.missed_count
