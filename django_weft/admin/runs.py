@@ -21,7 +21,7 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
@@ -33,7 +33,7 @@ from ..engine.records import TERMINAL_STATUSES, RunStatus
 from ..engine.registry import registry
 from ..models import Timer, WorkflowRun
 from ..models.messages import UpdateStatus
-from . import timeline
+from . import timeline, tools
 from .forms import SearchError, as_run_id, parse_run_search
 from .waits import describe_wait, waited_positions
 
@@ -263,13 +263,18 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # -- permissions: read-only ---------------------------------------------------------
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # runs are started through the runtime (a Start form comes later)
+        return False  # runs are started through the runtime: the Start workflow tool
 
     def has_change_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
         return False  # a run changes only by its worker or a lifecycle call
 
     def has_delete_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
         return False  # retention removes finished runs
+
+    # -- object tools: Send signal, Send update, Run query, Start workflow (tools.py) -----
+
+    def get_urls(self) -> list[URLPattern]:
+        return tools.tool_urls(self) + super().get_urls()
 
     # -- changelist ---------------------------------------------------------------------
 
