@@ -166,6 +166,31 @@ def test_a_run_that_finished_meanwhile_takes_no_signal(admin_client_: Client) ->
     assert logged(run.pk) == []
 
 
+def test_a_run_that_finished_meanwhile_takes_no_update(admin_client_: Client) -> None:
+    run = parked("tests.m.cart", "tools-late", id="tools-update-late")
+    assert admin_client_.get(tool_url(run, "update")).status_code == 200
+    client.get_handle(str(run.pk)).cancel(reason="elsewhere")
+
+    data = {"name": "close", "payload": "", "wait": "1"}
+    errors = errors_of(admin_client_.post(tool_url(run, "update"), data))
+    assert any("is cancelled: a finished run takes no update" in message for message in errors["__all__"])
+    assert not Update.objects.filter(run=run).exists()
+    assert logged(run.pk) == []
+
+
+def test_a_run_whose_workflow_is_no_longer_registered_is_a_form_error(admin_client_: Client) -> None:
+    run = make_run(
+        "tools-gone",
+        status="waiting",
+        workflow="tests.removed",
+        waiting_on={"kind": "signal", "seq": 0, "name": "go", "signals": ["go"], "updates": ["fix"]},
+    )
+    for tool, data in (("update", {"name": "fix", "wait": "0"}), ("query", {"name": "state"})):
+        (message,) = errors_of(admin_client_.post(tool_url(run, tool), data))["__all__"]
+        assert "No workflow is registered under the name 'tests.removed'" in message
+    assert not Update.objects.exists()
+
+
 def test_a_finished_run_explains_that_it_takes_no_signals_or_updates(admin_client_: Client) -> None:
     run = make_run("tools-done", status="completed")
     for tool, what in (("signal", "signals"), ("update", "updates")):
