@@ -1,18 +1,36 @@
-"""What operators type into the admin, parsed: for now the run changelist's search box.
+"""What operators type into the admin, parsed: the run changelist's search box, and the
+forms of the object tools (Send signal, Send update, Run query, Start workflow).
 
-``order-42`` is a workflow id, a UUID is a run id (or a workflow id that looks like one),
-``customer=7`` matches the search attribute ``customer`` (7 the number or "7" the
-string). Terms separated by spaces must all match.
+Search: ``order-42`` is a workflow id, a UUID is a run id (or a workflow id that looks
+like one), ``customer=7`` matches the search attribute ``customer`` (7 the number or "7"
+the string). Terms separated by spaces must all match.
+
+Tool forms check what the runtime would refuse, field by field, so that an error shows
+next to the field that caused it: JSON that does not parse or is of the wrong type,
+payloads over ``WEFT_MAX_PAYLOAD_BYTES``, NUL and other control characters, durations.
+The runtime checks everything again; what only it can decide (a validator, an unknown
+handler, a finished run, a taken workflow id) the views add to the form.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from ..conf import weft_settings
+from ..engine import codec
+from ..engine.durations import parse_duration
+from ..engine.errors import InvalidDuration, PayloadError
+from ..engine.registry import registry
+from ..models.runs import WORKFLOW_ID_MAX_LENGTH
 
 ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,99}")
 
@@ -81,3 +99,241 @@ def as_run_id(text: str) -> uuid.UUID | None:
         return uuid.UUID(text)
     except ValueError:
         return None
+
+
+# -- the object tools' forms ----------------------------------------------------------------
+
+MESSAGE_NAME_MAX_LENGTH = 200
+MAX_UPDATE_WAIT = 30.0
+"""The longest an admin request waits for an update's result (seconds): the request holds
+a server thread meanwhile. An update not answered by then is accepted and stays durable."""
+DEFAULT_UPDATE_WAIT = 10.0
+ON_CONFLICT_CHOICES = (
+    ("fail", "fail: refuse the start (the id is taken)"),
+    ("use_existing", "use_existing: show the run that has the id, start nothing"),
+    ("start_new_if_terminal", "start_new_if_terminal: start a new run if the one with the id has finished"),
+)
+
+
+def no_control_characters(value: str) -> None:
+    """Refuse text with control characters (NUL included): no run name or id holds them."""
+    if "\x00" in value:
+        return  # Django's own validator of text fields says so
+    if any(ord(ch) < 32 for ch in value):
+        raise ValidationError("Remove the control characters (such as a tab or a line break).")
+
+
+class TextField(forms.CharField):
+    """A one-line name or id: stripped, at most 200 characters, no control characters."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MESSAGE_NAME_MAX_LENGTH)
+        super().__init__(**kwargs)
+        self.validators.append(no_control_characters)
+
+
+class JSONTextField(forms.Field):
+    """JSON typed into a textarea: parsed (standard JSON only: no ``NaN``), of the expected
+    type, and within ``WEFT_MAX_PAYLOAD_BYTES`` once encoded as it will be stored. An empty
+    box is ``empty`` (a fresh copy)."""
+
+    widget = forms.Textarea
+
+    def __init__(
+        self, *, expect: type | None = None, empty: Any = None, what: str = "the value", **kwargs: Any
+    ) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault(
+            "widget",
+            forms.Textarea(attrs={"rows": 4, "cols": 60, "spellcheck": "false", "class": "weft-json-input"}),
+        )
+        super().__init__(**kwargs)
+        self.expect = expect
+        self.empty = empty
+        self.what = what
+
+    def to_python(self, value: Any) -> Any:
+        text = "" if value is None else str(value).strip()
+        if "\x00" in text:
+            raise ValidationError("The text contains a NUL character; remove it.")
+        if not text:
+            return json.loads(json.dumps(self.empty))
+        try:
+            parsed = json.loads(text, parse_constant=_not_a_number)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(
+                f"This is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+            ) from None
+        except RecursionError:
+            raise ValidationError("This JSON is nested too deeply.") from None
+        except ValueError as exc:  # NaN, Infinity
+            raise ValidationError(f"This is not valid JSON: {exc}.") from None
+        if self.expect is not None and not isinstance(parsed, self.expect):
+            wanted: dict[type, str] = {
+                list: 'a JSON list, such as [42, "a"]',
+                dict: 'a JSON object, such as {"a": 1}',
+            }
+            raise ValidationError(f"Give {wanted.get(self.expect, self.expect.__name__)}.")
+        try:
+            codec.dumps(parsed, what=self.what, limit=weft_settings.MAX_PAYLOAD_BYTES)
+        except PayloadError as exc:
+            raise ValidationError(as_sentence(exc.message)) from None
+        return parsed
+
+    def prepare_value(self, value: Any) -> Any:
+        # Typed text comes back as typed; an initial value is shown as JSON.
+        if value is None or isinstance(value, str):
+            return value
+        return json.dumps(value, ensure_ascii=False)
+
+
+class DurationTextField(forms.CharField):
+    """A duration: seconds (``90``) or a string such as ``"30s"``, ``"1h30m"``, ``"7d"``."""
+
+    def __init__(self, *, what: str, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("max_length", 100)
+        super().__init__(**kwargs)
+        self.what = what
+
+    def to_python(self, value: Any) -> str | None:
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            parse_duration(text, what=self.what)
+        except InvalidDuration as exc:
+            raise ValidationError(as_sentence(exc.message)) from None
+        return text
+
+
+def as_sentence(message: str) -> str:
+    """A runtime error's message as a form shows errors: capitalised, with a full stop."""
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+class SignalForm(forms.Form):
+    name = TextField(
+        help_text="The signal's name, as the workflow waits for it (ctx.wait_signal) or handles it "
+        "(ctx.on_signal). A signal no one waits for yet is kept until the workflow asks for it."
+    )
+    payload = JSONTextField(what="the payload", help_text="JSON; empty for null.")
+    signal_id = TextField(
+        label="Signal id",
+        required=False,
+        help_text="Optional. A signal with an id already accepted for this run and name is not "
+        "stored twice, so sending again is safe.",
+    )
+
+
+class UpdateForm(forms.Form):
+    name = TextField(help_text="The update handler's name (ctx.on_update).")
+    payload = JSONTextField(
+        what="the payload", help_text="JSON; empty for null. The handler's validator checks it first."
+    )
+    update_id = TextField(
+        label="Update id",
+        required=False,
+        help_text="Optional; a new one is made when empty. Sending an id again returns the outcome "
+        "of the update sent with it, without applying it twice.",
+    )
+    wait = forms.FloatField(
+        label="Wait (seconds)",
+        required=False,
+        min_value=0,
+        max_value=MAX_UPDATE_WAIT,
+        initial=DEFAULT_UPDATE_WAIT,
+        help_text=f"How long to wait for the handler's result, up to {MAX_UPDATE_WAIT:g} s; "
+        f"empty for {DEFAULT_UPDATE_WAIT:g}. An update not answered by then is kept and applied later.",
+    )
+
+    def clean_wait(self) -> float:
+        wait = self.cleaned_data.get("wait")
+        return DEFAULT_UPDATE_WAIT if wait is None else float(wait)
+
+
+class QueryForm(forms.Form):
+    name = TextField(help_text="The query handler's name (ctx.on_query).")
+    args = JSONTextField(
+        expect=list,
+        empty=[],
+        what="the arguments",
+        help_text="A JSON list of arguments for the handler; empty for none.",
+    )
+
+
+def workflow_choices() -> list[tuple[str, str]]:
+    """The registered workflows, labelled with their parameters after ``ctx``."""
+    return [("", "---------")] + [
+        (name, f"{name}{_parameters(definition.parameters or inspect.signature(definition.fn))}")
+        for name, definition in sorted(registry.workflows.items())
+    ]
+
+
+_STARS: dict[Any, str] = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+
+
+def _parameters(signature: inspect.Signature) -> str:
+    """``(order_id: int, express: bool = False)``: the parameters after ``ctx`` as written
+    (annotations are often strings, which ``str(signature)`` would quote)."""
+    parameters = list(signature.parameters.values())[1:]
+    parts: list[str] = []
+    starred = False
+    for index, parameter in enumerate(parameters):
+        kind = parameter.kind
+        if kind is inspect.Parameter.KEYWORD_ONLY and not starred:
+            parts.append("*")
+        starred = starred or kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_POSITIONAL)
+        text = f"{_STARS.get(kind, '')}{parameter.name}"
+        annotation = parameter.annotation
+        if annotation is not inspect.Parameter.empty:
+            shown = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", annotation)
+            text += f": {shown}"
+        if parameter.default is not inspect.Parameter.empty:
+            text += f" = {parameter.default!r}"
+        parts.append(text)
+        following = parameters[index + 1].kind if index + 1 < len(parameters) else None
+        if kind is inspect.Parameter.POSITIONAL_ONLY and following is not inspect.Parameter.POSITIONAL_ONLY:
+            parts.append("/")
+    return f"({', '.join(parts)})"
+
+
+class StartWorkflowForm(forms.Form):
+    workflow = forms.ChoiceField(choices=workflow_choices, help_text="A workflow registered in this process.")
+    args = JSONTextField(
+        expect=list,
+        empty=[],
+        what="args",
+        help_text='A JSON list of positional arguments, such as [42, "express"].',
+    )
+    kwargs = JSONTextField(
+        expect=dict,
+        empty={},
+        what="kwargs",
+        help_text='A JSON object of keyword arguments, such as {"order_id": 42}.',
+    )
+    workflow_id = TextField(
+        label="Workflow id",
+        required=False,
+        max_length=WORKFLOW_ID_MAX_LENGTH,
+        help_text="The business key, such as order-42. Empty: the new run's id.",
+    )
+    on_conflict = forms.ChoiceField(
+        label="If the id is taken",
+        choices=ON_CONFLICT_CHOICES,
+        initial="fail",
+        help_text="What to do when a run with this workflow id exists.",
+    )
+    execution_timeout = DurationTextField(
+        what="the execution timeout",
+        help_text='Optional: the longest the run may take, such as "7d" or 3600 (seconds).',
+    )
+    start_delay = DurationTextField(
+        what="the start delay", help_text='Optional: start the run this much later, such as "15m".'
+    )
+    search_attributes = JSONTextField(
+        expect=dict,
+        empty={},
+        what="the search attributes",
+        help_text='A JSON object stored with the run for searching, such as {"customer": 7}.',
+    )

@@ -21,7 +21,7 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
@@ -31,8 +31,9 @@ from .. import runtime
 from ..conf import weft_settings
 from ..engine.records import TERMINAL_STATUSES, RunStatus
 from ..engine.registry import registry
-from ..models import WorkflowRun
-from . import timeline
+from ..models import Timer, WorkflowRun
+from ..models.messages import UpdateStatus
+from . import timeline, tools
 from .forms import SearchError, as_run_id, parse_run_search
 from .waits import describe_wait, waited_positions
 
@@ -50,6 +51,10 @@ LIST_COLUMNS = (
 
 CHILDREN_SHOWN = 100
 STEPS_PER_PAGE = 200
+MESSAGES_SHOWN = 50
+"""Signals, updates and timers shown on a run's page: the latest, with the count of all."""
+JSON_SHOWN = 2000
+"""Characters of a signal's or update's JSON shown in its table; the rest is cut."""
 
 
 def status_badge(status: str) -> SafeString:
@@ -258,13 +263,18 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # -- permissions: read-only ---------------------------------------------------------
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # runs are started through the runtime (a Start form comes later)
+        return False  # runs are started through the runtime: the Start workflow tool
 
     def has_change_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
         return False  # a run changes only by its worker or a lifecycle call
 
     def has_delete_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
         return False  # retention removes finished runs
+
+    # -- object tools: Send signal, Send update, Run query, Start workflow (tools.py) -----
+
+    def get_urls(self) -> list[URLPattern]:
+        return tools.tool_urls(self) + super().get_urls()
 
     # -- changelist ---------------------------------------------------------------------
 
@@ -430,6 +440,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         if obj is not None:
             context.update(self.history_context(request, obj))
+            context.update(self.messages_context(obj))
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def history_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
@@ -449,6 +460,20 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             "weft_steps_pages": pages,
             "weft_steps_first": (page - 1) * STEPS_PER_PAGE + 1 if entries else 0,
             "weft_steps_last": (page - 1) * STEPS_PER_PAGE + len(shown),
+        }
+
+    def messages_context(self, run: WorkflowRun) -> dict[str, Any]:
+        """The signals, updates and timers tables: the latest :data:`MESSAGES_SHOWN` of each."""
+        signals = runtime.read_signals(run, limit=MESSAGES_SHOWN)
+        updates = runtime.read_updates(run, limit=MESSAGES_SHOWN)
+        timers = runtime.read_timers(run, limit=MESSAGES_SHOWN)
+        return {
+            "weft_signals": signals,
+            "weft_signals_rows": signals_rows(signals.rows),
+            "weft_updates": updates,
+            "weft_updates_rows": updates_rows(updates.rows),
+            "weft_timers": timers,
+            "weft_timers_rows": timers_rows(timers.rows),
         }
 
     def changeform_view(
@@ -498,5 +523,84 @@ def steps_rows(entries: list[runtime.HistoryEntry]) -> SafeString:
                 pretty_json(entry.error) if entry.error else "",
             )
             for entry in entries
+        ),
+    )
+
+
+# -- the signals, updates and timers tables ---------------------------------------------
+
+
+def short_json(value: Any) -> SafeString:
+    """A JSON value indented in a ``<pre>``, cut after :data:`JSON_SHOWN` characters (a
+    page of 50 payloads of up to ``WEFT_MAX_PAYLOAD_BYTES`` each would not be readable)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    if len(text) > JSON_SHOWN:
+        text = f"{text[:JSON_SHOWN]}\n… ({len(text):,} characters in all)"
+    return format_html('<pre class="weft-json">{}</pre>', text)
+
+
+def signals_rows(signals: list[runtime.SignalRecord]) -> SafeString:
+    return format_html_join(
+        "\n",
+        '<tr class="weft-signal-row" data-sequence="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+        "<td>{}</td><td>{}</td></tr>",
+        (
+            (
+                signal.sequence,
+                signal.sequence,
+                signal.name,
+                signal.signal_id or "-",
+                moment(signal.received_at),
+                f"by step #{signal.consumed_seq}" if signal.consumed_seq is not None else "no, buffered",
+                short_json(signal.payload),
+            )
+            for signal in signals
+        ),
+    )
+
+
+def update_outcome(update: runtime.UpdateRecord) -> SafeString | str:
+    """What the run answered: the handler's result, its error, or that it has not yet."""
+    if update.status == UpdateStatus.COMPLETED:
+        return short_json(update.result)
+    if update.error:
+        kind, message = update.error.get("type"), update.error.get("message")
+        return format_html('<span class="weft-error">{}: {}</span>', kind or "error", message or "")
+    return "not applied yet"
+
+
+def updates_rows(updates: list[runtime.UpdateRecord]) -> SafeString:
+    return format_html_join(
+        "\n",
+        '<tr class="weft-update-row" data-update-id="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+        "<td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                update.update_id,
+                update.update_id,
+                update.name,
+                update.status,
+                moment(update.received_at),
+                f"#{update.applied_seq}" if update.applied_seq is not None else "-",
+                short_json(update.payload),
+                update_outcome(update),
+            )
+            for update in updates
+        ),
+    )
+
+
+def timers_rows(timers: list[runtime.TimerRecord]) -> SafeString:
+    return format_html_join(
+        "\n",
+        '<tr class="weft-timer-row"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>',
+        (
+            (
+                Timer.Kind(timer.kind).label if timer.kind in Timer.Kind.values else timer.kind,
+                f"step #{timer.seq}" if timer.seq >= 0 else "the run",
+                moment(timer.fire_at),
+                moment(timer.fired_at) if timer.fired_at is not None else "not yet",
+            )
+            for timer in timers
         ),
     )

@@ -17,17 +17,21 @@ from .lifecycle import cancel, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
 from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
 from .reading import (
+    Latest,
     StatusReport,
     describe,
     get_run,
     history,
     read_history,
     read_run,
+    read_signals,
     read_steps_at,
+    read_timers,
+    read_updates,
     result_of,
     status_report,
 )
-from .records import HistoryEntry, RunRecord
+from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
 from .schedules import (
     ScheduleDescription,
     SyncReport,
@@ -61,15 +65,19 @@ __all__ = [
     "ActivityOutcome",
     "HistoryEntry",
     "InProcessWorker",
+    "Latest",
     "RunRecord",
     "ScheduleDescription",
     "SignalAccepted",
+    "SignalRecord",
     "SignalWithStartResult",
     "StartOptions",
     "StartResult",
     "StatusReport",
     "SyncReport",
     "TickReport",
+    "TimerRecord",
+    "UpdateRecord",
     "_CurrentDispatcher",
     "_dispatch_on_commit",
     "backfill_schedule",
@@ -92,7 +100,10 @@ __all__ = [
     "query",
     "read_history",
     "read_run",
+    "read_signals",
     "read_steps_at",
+    "read_timers",
+    "read_updates",
     "result_of",
     "resume",
     "retry",

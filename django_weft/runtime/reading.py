@@ -1,5 +1,5 @@
-"""Reading runs: look-up by run id or workflow id, description, history, waiting for a
-result, and the status report of ``weft_status``."""
+"""Reading runs: look-up by run id or workflow id, description, history, a run's latest
+signals, updates and timers, waiting for a result, and the status report of ``weft_status``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.db.models import Count, Min, Q
 
@@ -24,9 +24,9 @@ from ..engine.records import (
     TERMINAL_STATUSES,
     RunStatus,
 )
-from ..models import Step, Timer, WorkflowRun
+from ..models import Signal, Step, Timer, Update, WorkflowRun
 from .process import get_store
-from .records import HistoryEntry, RunRecord
+from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
 
 
 def get_run(ref: str | uuid.UUID) -> WorkflowRun:
@@ -72,6 +72,49 @@ def read_steps_at(positions: Mapping[str, Iterable[int]]) -> dict[str, dict[int,
     for step in Step.objects.using(weft_settings.DATABASE_ALIAS).filter(wanted).order_by():
         found.setdefault(str(step.run_id), {})[step.seq] = HistoryEntry.of(step)
     return found
+
+
+_Row = TypeVar("_Row")
+
+
+@dataclass(frozen=True)
+class Latest(Generic[_Row]):
+    """The newest rows of a run's list, and how many the list has in all."""
+
+    rows: list[_Row]
+    total: int
+
+    @property
+    def more(self) -> bool:
+        """Whether the list has rows older than those read."""
+        return self.total > len(self.rows)
+
+
+def read_signals(run: WorkflowRun, *, limit: int = 50) -> Latest[SignalRecord]:
+    """The run's latest ``limit`` signals, newest first, consumed or buffered."""
+    signals = Signal.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run)
+    rows = [SignalRecord.of(signal) for signal in signals.order_by("-id")[:limit]]
+    return Latest(rows, _total(signals, rows, limit))
+
+
+def read_updates(run: WorkflowRun, *, limit: int = 50) -> Latest[UpdateRecord]:
+    """The run's latest ``limit`` updates, newest first, with their outcomes."""
+    updates = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run)
+    rows = [UpdateRecord.of(update) for update in updates.order_by("-id")[:limit]]
+    return Latest(rows, _total(updates, rows, limit))
+
+
+def read_timers(run: WorkflowRun, *, limit: int = 50) -> Latest[TimerRecord]:
+    """The run's timers, the latest-firing ``limit`` first: those not fired yet and those
+    fired and kept (a fired timer may be removed once its wait is over)."""
+    timers = Timer.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run)
+    rows = [TimerRecord.of(timer) for timer in timers.order_by("-fire_at", "-id")[:limit]]
+    return Latest(rows, _total(timers, rows, limit))
+
+
+def _total(rows_of_run: Any, read: list[Any], limit: int) -> int:
+    # A list shorter than the limit is the whole list: no COUNT.
+    return len(read) if len(read) < limit else rows_of_run.count()
 
 
 def describe(run: WorkflowRun) -> dict[str, Any]:

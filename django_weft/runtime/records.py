@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from ..engine.records import RunStatus
-from ..models import Step, WorkflowRun
+from ..models import Signal, Step, Timer, Update, WorkflowRun
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,76 @@ class HistoryEntry:
     def as_dict(self) -> dict[str, Any]:
         """The step as ``history()`` returns it."""
         return _fields_of(self)
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    """One signal sent to a run: buffered until the workflow consumes it."""
+
+    sequence: int
+    """The signal's row id: signals to one run are numbered in the order they arrived."""
+    name: str
+    signal_id: str | None
+    payload: Any
+    received_at: datetime
+    consumed_seq: int | None
+    """The history position that consumed it; ``None`` while it is buffered."""
+
+    @classmethod
+    def of(cls, signal: Signal) -> SignalRecord:
+        return cls(
+            sequence=signal.pk,
+            name=signal.name,
+            signal_id=signal.signal_id,
+            payload=signal.payload,
+            received_at=signal.received_at,
+            consumed_seq=signal.consumed_seq,
+        )
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """One update sent to a run, and its outcome once the run has applied (or refused) it."""
+
+    update_id: str
+    name: str
+    status: str
+    """``accepted`` (stored, not applied yet), ``completed``, ``failed`` or ``rejected``."""
+    payload: Any
+    result: Any
+    error: dict[str, Any] | None
+    applied_seq: int | None
+    received_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, update: Update) -> UpdateRecord:
+        return cls(
+            update_id=update.update_id,
+            name=update.name,
+            status=update.status,
+            payload=update.payload,
+            result=update.result,
+            error=update.error,
+            applied_seq=update.applied_seq,
+            received_at=update.created_at,
+            updated_at=update.updated_at,
+        )
+
+
+@dataclass(frozen=True)
+class TimerRecord:
+    """One durable wake-up of a run."""
+
+    seq: int
+    """The history position that waits on it; -1 for a timer of the whole run (deadline, delayed start)."""
+    kind: str
+    fire_at: datetime
+    fired_at: datetime | None
+
+    @classmethod
+    def of(cls, timer: Timer) -> TimerRecord:
+        return cls(seq=timer.seq, kind=timer.kind, fire_at=timer.fire_at, fired_at=timer.fired_at)
 
 
 def _fields_of(record: RunRecord | HistoryEntry, exclude: AbstractSet[str] = frozenset()) -> dict[str, Any]:
