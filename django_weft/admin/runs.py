@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
@@ -31,7 +32,7 @@ from .. import runtime
 from ..conf import weft_settings
 from ..engine.records import TERMINAL_STATUSES, RunStatus
 from ..engine.registry import registry
-from ..models import WorkflowRun
+from ..models import Timer, WorkflowRun
 from . import timeline
 from .forms import SearchError, as_run_id, parse_run_search
 from .waits import describe_wait, waited_positions
@@ -185,6 +186,55 @@ class HasParentFilter(admin.SimpleListFilter):
         return queryset
 
 
+# -- filters the dashboard links to ---------------------------------------------------------
+
+
+class OverdueFilter(admin.SimpleListFilter):
+    """What the sweep has yet to pick up: owned runs whose lease has expired (their worker
+    died or stalled), and runs with a timer past its fire time that has not fired. Each
+    reads a partial index (owned leases, unfired timers), on the database clock."""
+
+    title = "overdue"
+    parameter_name = "overdue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("lease", "lease expired"), ("timer", "timer due")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        if self.value() == "lease":
+            return queryset.expired_leases(Now(), 0)  # type: ignore[attr-defined]
+        if self.value() == "timer":
+            due = Timer.objects.using(weft_settings.DATABASE_ALIAS).due(Now()).values("run_id")
+            return queryset.filter(pk__in=due)
+        return queryset
+
+
+class FinishedFilter(admin.SimpleListFilter):
+    """Runs that finished recently. Terminal runs are found by ``updated_at`` (the partial
+    index ``weft_run_terminal_updated``; a run's ``updated_at`` is never before its
+    ``finished_at``), then checked on ``finished_at``."""
+
+    title = "finished"
+    parameter_name = "finished"
+    windows: ClassVar[dict[str, tuple[timedelta, str]]] = {
+        "10m": (timedelta(minutes=10), "in the last 10 minutes"),
+        "1h": (timedelta(hours=1), "in the last hour"),
+        "24h": (timedelta(hours=24), "in the last 24 hours"),
+    }
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(key, label) for key, (_, label) in self.windows.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        window = self.windows.get(self.value() or "")
+        if window is None:
+            return queryset
+        since = Now() - window[0]
+        return queryset.filter(
+            status__in=sorted(TERMINAL_STATUSES), updated_at__gte=since, finished_at__gte=since
+        )
+
+
 # -- the admin ----------------------------------------------------------------------------
 
 
@@ -208,6 +258,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "failure_category",
         ("created_at", admin.DateFieldListFilter),
         HasParentFilter,
+        OverdueFilter,
+        FinishedFilter,
     )
     # The search is ours (get_search_results); a non-empty search_fields shows the box.
     search_fields = ("workflow_id",)
@@ -312,6 +364,13 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 combined = combined | extra
             queryset = combined
         return queryset, False
+
+    # -- the dashboard (its view lives in .dashboard) --------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        from .dashboard import dashboard_urls  # imported here: the dashboard uses status_badge
+
+        return [*dashboard_urls(self), *super().get_urls()]
 
     # -- columns and fields -------------------------------------------------------------
 

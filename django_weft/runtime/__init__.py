@@ -17,8 +17,10 @@ from .lifecycle import cancel, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
 from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
 from .reading import (
+    FinishedPerMinute,
     StatusReport,
     describe,
+    finished_per_minute,
     get_run,
     history,
     read_history,
@@ -43,6 +45,7 @@ from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_final
 __all__ = [
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
+    "FinishedPerMinute",
     "HistoryEntry",
     "InProcessWorker",
     "RunRecord",
@@ -58,6 +61,7 @@ __all__ = [
     "delivers",
     "describe",
     "dispatch_finalizer",
+    "finished_per_minute",
     "get_dispatcher",
     "get_engine",
     "get_run",
