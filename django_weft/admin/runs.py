@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, reverse
@@ -190,6 +191,55 @@ class HasParentFilter(admin.SimpleListFilter):
         return queryset
 
 
+# -- filters the dashboard links to ---------------------------------------------------------
+
+
+class OverdueFilter(admin.SimpleListFilter):
+    """What the sweep has yet to pick up: owned runs whose lease has expired (their worker
+    died or stalled), and runs with a timer past its fire time that has not fired. Each
+    reads a partial index (owned leases, unfired timers), on the database clock."""
+
+    title = "overdue"
+    parameter_name = "overdue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("lease", "lease expired"), ("timer", "timer due")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        if self.value() == "lease":
+            return queryset.expired_leases(Now(), 0)  # type: ignore[attr-defined]
+        if self.value() == "timer":
+            due = Timer.objects.using(weft_settings.DATABASE_ALIAS).due(Now()).values("run_id")
+            return queryset.filter(pk__in=due)
+        return queryset
+
+
+class FinishedFilter(admin.SimpleListFilter):
+    """Runs that finished recently. Terminal runs are found by ``updated_at`` (the partial
+    index ``weft_run_terminal_updated``; a run's ``updated_at`` is never before its
+    ``finished_at``), then checked on ``finished_at``."""
+
+    title = "finished"
+    parameter_name = "finished"
+    windows: ClassVar[dict[str, tuple[timedelta, str]]] = {
+        "10m": (timedelta(minutes=10), "in the last 10 minutes"),
+        "1h": (timedelta(hours=1), "in the last hour"),
+        "24h": (timedelta(hours=24), "in the last 24 hours"),
+    }
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(key, label) for key, (_, label) in self.windows.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        window = self.windows.get(self.value() or "")
+        if window is None:
+            return queryset
+        since = Now() - window[0]
+        return queryset.filter(
+            status__in=sorted(TERMINAL_STATUSES), updated_at__gte=since, finished_at__gte=since
+        )
+
+
 # -- the admin ----------------------------------------------------------------------------
 
 
@@ -213,6 +263,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         "failure_category",
         ("created_at", admin.DateFieldListFilter),
         HasParentFilter,
+        OverdueFilter,
+        FinishedFilter,
     )
     # The search is ours (get_search_results); a non-empty search_fields shows the box.
     search_fields = ("workflow_id",)
@@ -271,10 +323,12 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
         return False  # retention removes finished runs
 
-    # -- object tools: Send signal, Send update, Run query, Start workflow (tools.py) -----
+    # -- extra pages: the object tools (tools.py) and the dashboard (dashboard.py) ------
 
     def get_urls(self) -> list[URLPattern]:
-        return tools.tool_urls(self) + super().get_urls()
+        from .dashboard import dashboard_urls  # imported here: the dashboard uses status_badge
+
+        return [*tools.tool_urls(self), *dashboard_urls(self), *super().get_urls()]
 
     # -- changelist ---------------------------------------------------------------------
 

@@ -17,9 +17,11 @@ from .lifecycle import cancel, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
 from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
 from .reading import (
+    FinishedPerMinute,
     Latest,
     StatusReport,
     describe,
+    finished_per_minute,
     get_run,
     history,
     read_history,
@@ -63,6 +65,7 @@ from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_final
 __all__ = [
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
+    "FinishedPerMinute",
     "HistoryEntry",
     "InProcessWorker",
     "Latest",
@@ -89,6 +92,7 @@ __all__ = [
     "describe",
     "describe_schedule",
     "dispatch_finalizer",
+    "finished_per_minute",
     "fire_due_schedules",
     "get_dispatcher",
     "get_engine",

@@ -1,5 +1,6 @@
 """Reading runs: look-up by run id or workflow id, description, history, a run's latest
-signals, updates and timers, waiting for a result, and the status report of ``weft_status``."""
+signals, updates and timers, waiting for a result, and the figures of ``weft_status`` and
+the admin's dashboard."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.db.models import Count, Min, Q
+from django.db.models.functions import TruncMinute
 
 from ..conf import weft_settings
 from ..engine.errors import (
@@ -184,20 +186,40 @@ def _outcome_error(run_id: str, workflow_id: str, status: str, error: dict[str, 
 
 @dataclass(frozen=True)
 class StatusReport:
+    """What an operator checks first: how many runs are in each state and what is overdue."""
+
     counts: dict[str, int]
+    """Runs per status, every status listed (0 when there are none)."""
     oldest_waiting: RunRecord | None
+    """The waiting run that parked longest ago (least recently updated)."""
     oldest_runnable: RunRecord | None
+    """The unclaimed running run that has been runnable longest: the backlog's head."""
     expired_leases: int
+    """Owned runs whose lease has expired (the sweep hands them to another worker)."""
     due_timers: int
     oldest_due_timer: datetime | None
+    counts_by_workflow: dict[str, dict[str, int]]
+    """Per workflow name (sorted), its runs per status; only statuses it has runs in."""
+    read_at: datetime
+    """The database clock when the report was read."""
 
 
 def status_report() -> StatusReport:
+    """Counts per status and per workflow, the oldest waiting and runnable runs, expired
+    leases and due timers, read without a transaction (each figure is exact at its own
+    moment; together they are a snapshot within milliseconds).
+
+    The counts are one ``GROUP BY workflow_name, status`` over the run table: it reads the
+    whole table, so its cost grows with the runs kept (retention bounds them). The other
+    figures read partial indexes (runnable runs, owned leases, unfired timers)."""
     store = get_store()
     runs = WorkflowRun.objects.using(store.alias)
     counts: dict[str, int] = {str(status): 0 for status in RunStatus}
-    for row in runs.order_by().values("status").annotate(n=Count("pk")):
-        counts[row["status"]] = row["n"]
+    by_workflow: dict[str, dict[str, int]] = {}
+    # order_by(): the model's default ordering would join the GROUP BY.
+    for row in runs.order_by().values("workflow_name", "status").annotate(n=Count("pk")):
+        counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
+        by_workflow.setdefault(row["workflow_name"], {})[row["status"]] = row["n"]
     now = store.db_now()
     timers = Timer.objects.using(store.alias).due(now).aggregate(n=Count("pk"), oldest=Min("fire_at"))
     oldest_waiting = runs.filter(status=RunStatus.WAITING).order_by("updated_at").first()
@@ -209,4 +231,59 @@ def status_report() -> StatusReport:
         expired_leases=runs.expired_leases(now, 0).count(),
         due_timers=timers["n"],
         oldest_due_timer=timers["oldest"],
+        counts_by_workflow=dict(sorted(by_workflow.items())),
+        read_at=now,
     )
+
+
+@dataclass(frozen=True)
+class FinishedPerMinute:
+    """Runs finished in each minute of a window: ``counts[i]`` in the minute starting at
+    ``start + i`` minutes; the last minute is the current one, still going."""
+
+    start: datetime
+    """The first minute (on the minute, UTC)."""
+    counts: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def peak(self) -> int:
+        return max(self.counts, default=0)
+
+    def minute(self, index: int) -> datetime:
+        """When the ``index``-th minute starts."""
+        return self.start + timedelta(minutes=index)
+
+
+def finished_per_minute(minutes: int = 60, *, now: datetime | None = None) -> FinishedPerMinute:
+    """How many runs finished in each of the last ``minutes`` minutes, the current minute
+    last, from one ``GROUP BY`` on the minute of ``finished_at``. ``now`` defaults to the
+    database clock.
+
+    It reads only the runs updated in the window, through the partial index on terminal
+    runs' ``updated_at`` (``weft_run_terminal_updated``, which retention also uses), never
+    the table: a run's ``finished_at`` is written in the same statement as its
+    ``updated_at``, and ``updated_at`` only grows after that, so a run that finished in
+    the window was updated in it. ``finished_at`` itself has no index (it would be one more
+    index write per finished run, for this one query)."""
+    minutes = max(int(minutes), 1)
+    if now is None:
+        now = get_store().db_now()
+    start = now.astimezone(UTC).replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+    rows = (
+        WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        .filter(status__in=sorted(TERMINAL_STATUSES), updated_at__gte=start, finished_at__gte=start)
+        .order_by()
+        .annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
+        .values("minute")
+        .annotate(n=Count("pk"))
+    )
+    counts = [0] * minutes
+    for row in rows:
+        index = int((row["minute"] - start).total_seconds() // 60)
+        if 0 <= index < minutes:  # a run finished after ``now`` belongs to the next report
+            counts[index] += row["n"]
+    return FinishedPerMinute(start=start, counts=tuple(counts))

@@ -5,6 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from django_weft import WeftError, WorkflowNotFound, client
+from django_weft.admin import related_runs
 from django_weft.conf import weft_settings
 
 from .models import Order
@@ -22,8 +23,11 @@ class OrderAdmin(admin.ModelAdmin):
     list_display = ("id", "customer", "amount", "status", "receipt", "workflow_status", "created_at")
     list_filter = ("status",)
     search_fields = ("customer", "receipt")
-    readonly_fields = ("status", "receipt", "workflow_status", "created_at", "updated_at")
+    readonly_fields = ("status", "receipt", "workflow_status", "created_at", "updated_at", "workflow_runs")
     actions = ("start_fulfilment", "give_warehouse_slot")
+    # The order's page lists its fulfilment runs (every run of "order-<pk>", newest first),
+    # each linking to the run's page in the admin.
+    workflow_runs = related_runs(workflow_id=lambda order: order.workflow_id, description="fulfilment runs")
 
     @admin.display(description="workflow")
     def workflow_status(self, order: Order) -> str:

@@ -86,7 +86,11 @@ class Browser:
         """Save the page as ``<WEFT_SCREENSHOT_DIR>/<name>.png`` (the whole page's height)."""
         folder = Path(os.environ.get("WEFT_SCREENSHOT_DIR", ROOT / ".screenshots"))
         folder.mkdir(parents=True, exist_ok=True)
-        height = self.web.execute_script("return document.documentElement.scrollHeight")
+        # The window's height includes the browser's own frame: add it, or the page's
+        # last ~140 pixels are cut off.
+        height = self.web.execute_script(
+            "return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight"
+        )
         self.web.set_window_size(1280, min(max(int(height), 600), 4000))
         path = folder / f"{name}.png"
         self.web.save_screenshot(str(path))

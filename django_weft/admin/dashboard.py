@@ -1,0 +1,248 @@
+"""The runs dashboard at ``admin/django_weft/workflowrun/dashboard/``: counts per status
+and per workflow, the oldest waiting and runnable runs, expired leases, due timers, and
+runs finished per minute over the last hour as a sparkline. Every number links to the
+changelist filtered to the runs it counts.
+
+The figures come from :func:`django_weft.runtime.status_report` and
+:func:`django_weft.runtime.finished_per_minute` (the figures ``weft_status`` prints);
+the page reads a fixed number of queries however many runs there are, takes no query
+parameters, and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.safestring import SafeString
+
+from .. import runtime
+from ..models import WorkflowRun
+from .runs import _queue_of, moment, status_badge
+from .sparkline import render_sparkline
+from .timeline import format_duration
+from .waits import describe_wait, waited_positions
+
+if TYPE_CHECKING:
+    from .runs import WorkflowRunAdmin
+
+TEMPLATE = "admin/django_weft/dashboard.html"
+SPARKLINE_MINUTES = 60
+STATUSES = tuple(str(status) for status in WorkflowRun.Status.values)
+"""Every status, in the model's order (active first, then the terminal ones)."""
+
+
+def dashboard_urls(model_admin: WorkflowRunAdmin) -> list[URLPattern]:
+    """The dashboard's URL under the run admin's URLs, named
+    ``admin:django_weft_workflowrun_dashboard``; staff only (the admin site's login)."""
+
+    def dashboard(request: HttpRequest) -> HttpResponse:
+        return dashboard_view(request, model_admin)
+
+    opts = model_admin.opts
+    name = f"{opts.app_label}_{opts.model_name}_dashboard"
+    return [path("dashboard/", model_admin.admin_site.admin_view(dashboard), name=name)]
+
+
+def dashboard_view(request: HttpRequest, model_admin: WorkflowRunAdmin) -> HttpResponse:
+    """The dashboard, for a staff user who may view runs (403 otherwise)."""
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    report = runtime.status_report()
+    finished = runtime.finished_per_minute(SPARKLINE_MINUTES, now=report.read_at)
+    changelist = reverse(
+        f"{model_admin.admin_site.name}:{model_admin.opts.app_label}_{model_admin.opts.model_name}_changelist"
+    )
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Workflow runs dashboard",
+        "opts": model_admin.opts,
+        "app_label": model_admin.opts.app_label,
+        "changelist_url": changelist,
+        "dashboard": Dashboard.build(
+            report, finished, changelist_url=changelist, admin_name=model_admin.admin_site.name
+        ),
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, TEMPLATE, context)
+
+
+# -- what the template shows ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number and the changelist URL of the runs it counts."""
+
+    count: int
+    url: str
+
+
+@dataclass(frozen=True)
+class StatusFigure(Figure):
+    status: str
+    badge: SafeString
+
+
+@dataclass(frozen=True)
+class WorkflowRow:
+    name: str
+    total: Figure
+    cells: tuple[Figure, ...]
+    """One per column of :attr:`Dashboard.headers`."""
+
+
+@dataclass(frozen=True)
+class OldestRun:
+    """A run an operator should look at first, and how long it has been so."""
+
+    url: str
+    workflow: str
+    workflow_id: str
+    badge: SafeString
+    since: str
+    age: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    read_at: str
+    total: Figure
+    statuses: tuple[StatusFigure, ...]
+    headers: tuple[SafeString, ...]
+    """The per-workflow table's status columns (the statuses that have runs)."""
+    workflows: tuple[WorkflowRow, ...]
+    oldest_waiting: OldestRun | None
+    oldest_runnable: OldestRun | None
+    expired_leases: Figure
+    due_timers: Figure
+    oldest_due_timer: str
+    finished: Figure
+    finished_peak: int
+    finished_from: str
+    finished_to: str
+    sparkline: SafeString
+
+    @classmethod
+    def build(
+        cls,
+        report: runtime.StatusReport,
+        finished: runtime.FinishedPerMinute,
+        *,
+        changelist_url: str,
+        admin_name: str = "admin",
+    ) -> Dashboard:
+        link = _linker(changelist_url)
+        now = report.read_at
+        tz = timezone.get_current_timezone()
+        labels = [_clock(finished.minute(index)) for index in range(len(finished.counts))]
+        statuses = tuple(
+            StatusFigure(
+                count=report.counts.get(status, 0),
+                url=link(status__exact=status),
+                status=status,
+                badge=status_badge(status),
+            )
+            for status in _statuses(report.counts)
+        )
+        # The table's columns: only the statuses some run is in (the tiles show them all).
+        columns = tuple(status for status in _statuses(report.counts) if report.counts.get(status))
+        workflows = tuple(
+            WorkflowRow(
+                name=name,
+                total=Figure(sum(counts.values()), link(workflow=name)),
+                cells=tuple(
+                    Figure(counts.get(status, 0), link(workflow=name, status__exact=status))
+                    for status in columns
+                ),
+            )
+            for name, counts in report.counts_by_workflow.items()
+        )
+        oldest_due = report.oldest_due_timer
+        return cls(
+            read_at=moment(now),
+            total=Figure(sum(report.counts.values()), changelist_url),
+            statuses=statuses,
+            headers=tuple(status_badge(status) for status in columns),
+            workflows=workflows,
+            oldest_waiting=_oldest(
+                report.oldest_waiting, now, admin_name, since=lambda run: run.updated_at, tz=tz
+            ),
+            oldest_runnable=_oldest(
+                report.oldest_runnable,
+                now,
+                admin_name,
+                since=lambda run: run.ready_at or run.created_at,
+                tz=tz,
+            ),
+            expired_leases=Figure(report.expired_leases, link(overdue="lease")),
+            due_timers=Figure(report.due_timers, link(overdue="timer")),
+            oldest_due_timer=format_duration(now - oldest_due) if oldest_due is not None else "",
+            finished=Figure(finished.total, link(finished="1h")),
+            finished_peak=finished.peak,
+            finished_from=labels[0] if labels else "",
+            finished_to=labels[-1] if labels else "",
+            sparkline=render_sparkline(
+                finished.counts,
+                labels=[f"{label}, runs finished" for label in labels],
+                description=(
+                    f"Runs finished per minute over the last hour: {finished.total} in all, "
+                    f"at most {finished.peak} in a minute"
+                ),
+            ),
+        )
+
+
+def _statuses(counts: dict[str, int]) -> tuple[str, ...]:
+    """The model's statuses, then any other a row holds (a status from newer code)."""
+    return STATUSES + tuple(sorted(set(counts) - set(STATUSES)))
+
+
+def _linker(changelist_url: str) -> Callable[..., str]:
+    def link(**params: str) -> str:
+        return f"{changelist_url}?{urlencode(params)}"
+
+    return link
+
+
+def _clock(moment_: datetime) -> str:
+    return date_format(timezone.localtime(moment_), "H:i")
+
+
+def _oldest(
+    run: runtime.RunRecord | None,
+    now: datetime,
+    admin_name: str,
+    *,
+    since: Callable[[runtime.RunRecord], datetime],
+    tz: Any,
+) -> OldestRun | None:
+    if run is None:
+        return None
+    started = since(run)
+    detail = ""
+    if run.waiting_on:
+        seqs = waited_positions(run.waiting_on)
+        steps = runtime.read_steps_at({run.run_id: seqs}).get(run.run_id, {}) if seqs else {}
+        detail = describe_wait(run.waiting_on, steps=steps, queue_of=_queue_of, tz=tz, today=now)
+    return OldestRun(
+        url=reverse(f"{admin_name}:django_weft_workflowrun_change", args=[run.run_id]),
+        workflow=run.workflow,
+        workflow_id=run.workflow_id,
+        badge=status_badge(run.status),
+        since=moment(started),
+        age=format_duration(max(now - started, timedelta(0))),
+        detail=detail,
+    )
