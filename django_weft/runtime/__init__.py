@@ -5,12 +5,13 @@ call these functions; the runtime writes no rows itself (the store does). One mo
 concern: :mod:`.process` (this process's engine and store, the on-commit doorbell),
 :mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
 suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
-:mod:`.sweep` (``tick``), :mod:`.reading`; and :mod:`.dispatch`, :mod:`.heartbeat`,
-:mod:`.validation`.
+:mod:`.sweep` (``tick``), :mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many
+runs); and :mod:`.dispatch`, :mod:`.heartbeat`, :mod:`.validation`.
 """
 
 from __future__ import annotations
 
+from .bulk import BulkFailure, BulkOutcome, BulkRun, apply_bulk, count_runs, refusal_for
 from .dispatch import delivers, get_dispatcher
 from .inprocess import InProcessWorker
 from .lifecycle import cancel, resume, retry, suspend
@@ -43,6 +44,9 @@ from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_final
 __all__ = [
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
+    "BulkFailure",
+    "BulkOutcome",
+    "BulkRun",
     "HistoryEntry",
     "InProcessWorker",
     "RunRecord",
@@ -54,7 +58,9 @@ __all__ = [
     "TickReport",
     "_CurrentDispatcher",
     "_dispatch_on_commit",
+    "apply_bulk",
     "cancel",
+    "count_runs",
     "delivers",
     "describe",
     "dispatch_finalizer",
@@ -67,6 +73,7 @@ __all__ = [
     "read_history",
     "read_run",
     "read_steps_at",
+    "refusal_for",
     "result_of",
     "resume",
     "retry",
