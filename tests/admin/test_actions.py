@@ -5,8 +5,10 @@ through the client and parked or finished by a worker's turns."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
+from html import unescape
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +17,7 @@ import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.messages import get_messages
 from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from django_weft import client
@@ -147,6 +150,8 @@ def test_confirming_cancel_cancels_reports_each_run_and_writes_the_admin_history
         assert entry.change_message == "Cancelled (reason: customer asked)"
         assert entry.get_change_message() == "Cancelled (reason: customer asked)"
         assert "[cancelled]" in entry.object_repr
+    history = root.get(reverse("admin:django_weft_workflowrun_history", args=[first])).content.decode()
+    assert "Cancelled (reason: customer asked)" in history
 
 
 def test_suspend_resume_and_retry_report_what_they_changed_and_skipped() -> None:
@@ -412,6 +417,24 @@ def test_all_matching_a_search_uses_the_same_search_on_confirmation() -> None:
     assert messages_of(response) == ["Suspended 3 runs."]
     assert {status(run_id) for run_id in tagged} == {"suspended"}
     assert status(untagged) == "waiting"
+
+
+def test_the_confirmation_says_every_kind_of_filter_in_words() -> None:
+    root = logged_in("root", superuser=True)
+    run_id = waiting("words-1", search_attributes={"team": "red"})
+    page = root.get(changelist_url()).content.decode()
+    link = re.search(r'<a href="\?(created_at__gte=[^"]*)"[^>]*>Past 7 days</a>', page)
+    assert link is not None
+    query = f"{unescape(link.group(1))}&has_parent=no&workflow_id=words-1&q=team%3Dred"
+
+    response = choose(root, "suspend_runs", [], query, _weft_all_matching="1")
+
+    confirmation_form(response)
+    words = "created at: Past 7 days; parent: top-level runs; workflow_id = words-1; search “team=red”"
+    assert f'all 1 run</strong> matching <strong class="weft-filter-words">{words}</strong>?' in (
+        unescape(response.content.decode())
+    )
+    assert status(run_id) == "waiting"
 
 
 def test_all_matching_leaves_runs_created_after_the_confirmation_alone() -> None:
