@@ -559,3 +559,34 @@ def test_a_return_address_on_another_host_is_ignored() -> None:
     )
     assert response.status_code == 302 and response["Location"] == changelist_url()
     assert status(run_id) == "cancelled"
+
+
+# -- the outcome message -------------------------------------------------------------------
+
+
+def test_the_outcome_message_names_ten_runs_per_reason_and_the_failures_as_an_error() -> None:
+    from django.contrib import messages
+
+    from django_weft.admin.actions import CANCEL, outcome_message
+    from django_weft.runtime import BulkFailure, BulkOutcome, BulkRun
+
+    finished_runs = tuple(BulkRun(str(uuid.uuid4()), f"order-{i}") for i in range(12))
+    outcome = BulkOutcome(
+        "cancel",
+        changed=(BulkRun(str(uuid.uuid4()), "order-a"),),
+        skipped={"already finished (completed)": finished_runs},
+        failed=(BulkFailure(BulkRun(str(uuid.uuid4()), "order-z"), "IntegrityError: refused\n by a rule"),),
+    )
+
+    text, level = outcome_message(CANCEL, outcome)
+
+    named = ", ".join(f"order-{i}" for i in range(10))
+    assert text == (
+        f"Cancelled 1 run. Skipped 12: already finished (completed): {named} and 2 more. "
+        "Failed 1: order-z (IntegrityError: refused by a rule). The django_weft log has the details."
+    )
+    assert level == messages.ERROR
+    assert outcome_message(CANCEL, BulkOutcome("cancel", changed=outcome.changed)) == (
+        "Cancelled 1 run.",
+        messages.SUCCESS,
+    )
