@@ -35,6 +35,7 @@ from ..engine.registry import registry
 from ..models import Timer, WorkflowRun
 from ..models.messages import UpdateStatus
 from . import timeline, tools
+from .actions import RUN_ACTIONS, RunActionsAdmin
 from .forms import SearchError, as_run_id, parse_run_search
 from .waits import describe_wait, waited_positions
 
@@ -243,7 +244,7 @@ class FinishedFilter(admin.SimpleListFilter):
 # -- the admin ----------------------------------------------------------------------------
 
 
-class WorkflowRunAdmin(admin.ModelAdmin):
+class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: see .actions
     """Workflow runs: list, filter, search and inspect. Nothing here changes a run (the
     actions and object tools that do go through the runtime; see issue 13)."""
 
@@ -280,7 +281,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     paginator = LookAheadPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts are COUNT queries per filter choice
-    actions = None
+    actions = RUN_ACTIONS  # cancel, suspend, resume, retry: see .actions
     date_hierarchy = None
     change_form_template = "admin/django_weft/workflowrun/change_form.html"
     fieldsets = (

@@ -5,12 +5,13 @@ call these functions; the runtime writes no rows itself (the store does). One mo
 concern: :mod:`.process` (this process's engine and store, the on-commit doorbell),
 :mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
 suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
-:mod:`.sweep` (``tick``), :mod:`.schedules`, :mod:`.reading`; and :mod:`.dispatch`, :mod:`.heartbeat`,
-:mod:`.validation`.
+:mod:`.sweep` (``tick``), :mod:`.schedules`, :mod:`.reading`, :mod:`.bulk` (a lifecycle
+operation on many runs); and :mod:`.dispatch`, :mod:`.heartbeat`, :mod:`.validation`.
 """
 
 from __future__ import annotations
 
+from .bulk import BulkFailure, BulkOutcome, BulkRun, apply_bulk, count_runs, refusal_for
 from .dispatch import delivers, get_dispatcher
 from .inprocess import InProcessWorker
 from .lifecycle import cancel, resume, retry, suspend
@@ -65,6 +66,9 @@ from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_final
 __all__ = [
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
+    "BulkFailure",
+    "BulkOutcome",
+    "BulkRun",
     "FinishedPerMinute",
     "HistoryEntry",
     "InProcessWorker",
@@ -83,8 +87,10 @@ __all__ = [
     "UpdateRecord",
     "_CurrentDispatcher",
     "_dispatch_on_commit",
+    "apply_bulk",
     "backfill_schedule",
     "cancel",
+    "count_runs",
     "create_schedule",
     "declared_schedules",
     "delete_schedule",
@@ -108,6 +114,7 @@ __all__ = [
     "read_steps_at",
     "read_timers",
     "read_updates",
+    "refusal_for",
     "result_of",
     "resume",
     "retry",

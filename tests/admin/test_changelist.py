@@ -109,11 +109,11 @@ def test_changelist_shows_badges_columns_and_waits_in_words(
     ):
         assert words in html, words
     assert shown(response) == {run.workflow_id for run in runs.values()}
-    # Newest first; no action checkboxes, no add button.
+    # Newest first; no add button (the action checkboxes: test_actions.py).
     assert html.index(">order-7<") < html.index(">order-1<")
-    assert 'name="_selected_action"' not in html
-    # Only "created" sorts (another order would sort the whole list on every view).
-    assert set(re.findall(r'href="\?o=([^"&]*)', html)) <= {"", "3", "-3", "3.-3", "-3.3"}
+    # Only "created" sorts (another order would sort the whole list on every view); it is
+    # column 4, after the action checkboxes.
+    assert set(re.findall(r'href="\?o=([^"&]*)', html)) <= {"", "4", "-4", "4.-4", "-4.4"}
     assert "workflowrun/add/" not in html
 
 
