@@ -303,7 +303,10 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
             },
         ),
         ("Input and outcome", {"fields": ("args_json", "kwargs_json", "result_json", "error_json")}),
-        ("Ownership", {"fields": ("owner_id", "owner_epoch", "lease_expires", "claimed")}),
+        (
+            "Ownership",
+            {"fields": ("owner_id", "owner_epoch", "lease_expires", "claimed"), "classes": ["collapse"]},
+        ),
         ("Family", {"fields": ("parent_link", "children_links")}),
         ("Search attributes", {"fields": ("search_attributes_json",)}),
     )

@@ -5,8 +5,10 @@ the test database).
 Every test here is marked ``browser``. Without ``chromium`` and ``chromedriver`` on the
 PATH the tests are skipped with the install command (``scripts/test`` installs both).
 Screenshots go to ``WEFT_SCREENSHOT_DIR`` (default ``.screenshots/`` at the repository
-root); ``docs/images/admin/`` holds the ones the docs show, made with
-``WEFT_SCREENSHOT_DIR=docs/images/admin pytest -m browser tests/browser``.
+root); ``docs/images/admin/`` holds the ones the docs show, made by these tests::
+
+    WEFT_SCREENSHOT_DIR=/tmp/shots WEFT_TEST_DB=sqlite .venv/bin/python -m pytest tests/browser
+    for f in /tmp/shots/*.png; do pngquant --quality=60-85 --force --output docs/images/admin/${f##*/} $f; done
 """
 
 from __future__ import annotations

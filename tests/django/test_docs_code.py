@@ -149,3 +149,19 @@ def test_every_management_command_line_names_a_command_and_options_it_accepts() 
                         problems.append(f"{where}: {name} has no option {option}")
     assert seen >= 8
     assert not problems, "\n".join(problems)
+
+
+LOCAL_LINK = re.compile(r"\]\(((?!https?:|#|mailto:)[^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize(
+    "page",
+    [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))],
+    ids=lambda p: str(p.relative_to(REPO)),
+)
+def test_local_links_and_images_exist(page: Path) -> None:
+    """A link or image to a file of the repository (a page, a screenshot) must exist."""
+    missing = [
+        target for target in LOCAL_LINK.findall(page.read_text()) if not (page.parent / target).exists()
+    ]
+    assert not missing, f"{page.relative_to(REPO)} links to missing files: {missing}"
