@@ -19,6 +19,9 @@ from ..engine.errors import (
     InvalidInput,
     InvalidTransition,
     QueryFailed,
+    ScheduleAlreadyExists,
+    ScheduleManaged,
+    ScheduleNotFound,
     UnknownHandler,
     UpdateFailed,
     UpdateNotFound,
@@ -55,7 +58,10 @@ _WEFT_ERRORS: list[tuple[type[WeftError], int, str]] = [
     (InvalidInput, 400, "invalid"),
     (WorkflowNotFound, 404, "not_found"),
     (UpdateNotFound, 404, "not_found"),
+    (ScheduleNotFound, 404, "not_found"),
     (WorkflowAlreadyExists, 409, "already_exists"),
+    (ScheduleAlreadyExists, 409, "already_exists"),
+    (ScheduleManaged, 409, "conflict"),
     (WorkflowTerminalError, 409, "conflict"),
     (InvalidTransition, 409, "conflict"),
     (WorkflowFailed, 409, "run_failed"),
@@ -94,6 +100,11 @@ def weft_error_details(exc: WeftError) -> dict[str, Any]:
         }
     if isinstance(exc, WorkflowCancelled):
         return {"reason": getattr(exc, "reason", None)}
+    if isinstance(exc, ScheduleManaged):
+        return {"schedule_id": exc.schedule_id, "declared": list(exc.declared)}
+    field = getattr(exc, "field", None)
+    if isinstance(exc, InvalidInput) and isinstance(field, str):
+        return {"fields": {field: [exc.message]}}
     details = {}
     for key in ("run_id", "workflow_id", "status", "update_id"):
         value = getattr(exc, key, None)

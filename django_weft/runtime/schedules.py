@@ -344,11 +344,17 @@ def trigger_schedule(schedule_id: str, *, overlap: str | None = None) -> dict[st
 
 
 def backfill_schedule(
-    schedule_id: str, start: datetime, end: datetime, *, overlap: str = OverlapPolicy.ALLOW_ALL
+    schedule_id: str,
+    start: datetime,
+    end: datetime,
+    *,
+    overlap: str = OverlapPolicy.ALLOW_ALL,
+    limit: int = BACKFILL_LIMIT,
 ) -> list[dict[str, Any]]:
     """Fire each scheduled time in ``[start, end]`` once, as if it had come (in order,
     under ``overlap``, by default ``allow_all``); a time that already has its run
-    starts nothing new, so a second backfill of the same range is a no-op."""
+    starts nothing new, so a second backfill of the same range is a no-op. A range of
+    more than ``limit`` times is refused (``InvalidSchedule``) before anything starts."""
     policy = _check_overlap(overlap)
     store = get_store()
     with transaction.atomic(using=store.alias):
@@ -363,7 +369,7 @@ def backfill_schedule(
                 f"backfill end ({end.isoformat()}) is before its start ({start.isoformat()})",
                 field="end",
             )
-        times = list(_limited(spec_of(schedule).between(start, end), BACKFILL_LIMIT))
+        times = list(_limited(spec_of(schedule).between(start, end), limit))
         actions = _fire(schedule, times, store.db_now(), policy=policy, source="backfill")
         store.save_schedule(schedule, _STATE_FIELDS)
     return actions
