@@ -44,10 +44,27 @@ class PayloadTooLarge(exceptions.APIException):
 
 
 def error_response(code: str, message: str, http_status: int, details: Any = None) -> Response:
+    details = _encodable(details) if details is not None else {}
     return Response(
-        {"error": {"code": code, "message": message, "details": details if details is not None else {}}},
-        status=http_status,
+        {"error": {"code": code, "message": _encodable(message), "details": details}}, status=http_status
     )
+
+
+def _encodable(value: Any) -> Any:
+    """The value with every string UTF-8 can encode. A message may echo what a client
+    sent (a key, a choice), and JSON allows a lone surrogate (``"\\ud800"``) that no
+    UTF-8 response can carry: it is written as the escape instead of failing the render."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode()
+        return value
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(item) for item in value]
+    return value
 
 
 # WeftError subclasses a client can cause, most specific first: (class, HTTP status, code).
