@@ -295,11 +295,12 @@ def pause_schedule(schedule_id: str, note: str = "") -> Schedule:
 
 
 def unpause_schedule(schedule_id: str, note: str = "") -> Schedule:
-    """Fire again, from the spec's next time after now."""
+    """Fire again, from the spec's next time after now; ``note`` replaces the pause's."""
+    note = _check_note(note)
     store = get_store()
     with transaction.atomic(using=store.alias):
         schedule = store.lock_schedule(_check_id(schedule_id))
-        schedule.paused, schedule.note = False, note if isinstance(note, str) else ""
+        schedule.paused, schedule.note = False, note
         schedule.next_fire_at = spec_of(schedule).next_after(store.db_now())
         store.save_schedule(schedule, ["paused", "note", "next_fire_at"])
     logger.info("schedule %s: unpaused", schedule_id)

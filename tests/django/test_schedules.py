@@ -103,6 +103,12 @@ def test_bad_input_names_the_option_at_fault() -> None:
         client.create_schedule("has space", "tests.echo", every=60)
     assert caught.value.field == "id"
     assert not Schedule.objects.exists()
+    handle = client.create_schedule("noted", "tests.echo", every=60)
+    for change in (handle.pause, handle.unpause, lambda note: handle.update(note=note)):
+        with pytest.raises(InvalidSchedule) as caught:
+            change("a\x00b")
+        assert caught.value.field == "note"
+    assert Schedule.objects.get(pk="noted").note == ""
 
 
 def test_bad_ids_and_a_taken_id() -> None:
