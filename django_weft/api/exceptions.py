@@ -19,6 +19,9 @@ from ..engine.errors import (
     InvalidInput,
     InvalidTransition,
     QueryFailed,
+    ScheduleAlreadyExists,
+    ScheduleManaged,
+    ScheduleNotFound,
     UnknownHandler,
     UpdateFailed,
     UpdateNotFound,
@@ -41,10 +44,27 @@ class PayloadTooLarge(exceptions.APIException):
 
 
 def error_response(code: str, message: str, http_status: int, details: Any = None) -> Response:
+    details = _encodable(details) if details is not None else {}
     return Response(
-        {"error": {"code": code, "message": message, "details": details if details is not None else {}}},
-        status=http_status,
+        {"error": {"code": code, "message": _encodable(message), "details": details}}, status=http_status
     )
+
+
+def _encodable(value: Any) -> Any:
+    """The value with every string UTF-8 can encode. A message may echo what a client
+    sent (a key, a choice), and JSON allows a lone surrogate (``"\\ud800"``) that no
+    UTF-8 response can carry: it is written as the escape instead of failing the render."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode()
+        return value
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(item) for item in value]
+    return value
 
 
 # WeftError subclasses a client can cause, most specific first: (class, HTTP status, code).
@@ -55,7 +75,10 @@ _WEFT_ERRORS: list[tuple[type[WeftError], int, str]] = [
     (InvalidInput, 400, "invalid"),
     (WorkflowNotFound, 404, "not_found"),
     (UpdateNotFound, 404, "not_found"),
+    (ScheduleNotFound, 404, "not_found"),
     (WorkflowAlreadyExists, 409, "already_exists"),
+    (ScheduleAlreadyExists, 409, "already_exists"),
+    (ScheduleManaged, 409, "conflict"),
     (WorkflowTerminalError, 409, "conflict"),
     (InvalidTransition, 409, "conflict"),
     (WorkflowFailed, 409, "run_failed"),
@@ -94,6 +117,11 @@ def weft_error_details(exc: WeftError) -> dict[str, Any]:
         }
     if isinstance(exc, WorkflowCancelled):
         return {"reason": getattr(exc, "reason", None)}
+    if isinstance(exc, ScheduleManaged):
+        return {"schedule_id": exc.schedule_id, "declared": list(exc.declared)}
+    field = getattr(exc, "field", None)
+    if isinstance(exc, InvalidInput) and isinstance(field, str):
+        return {"fields": {field: [exc.message]}}
     details = {}
     for key in ("run_id", "workflow_id", "status", "update_id"):
         value = getattr(exc, key, None)

@@ -1,4 +1,5 @@
-"""Filters of ``GET runs/`` (django-filter), plus ``search.<attr>=<value>`` on search attributes."""
+"""Filters of ``GET runs/`` (django-filter), plus ``search.<attr>=<value>`` on search
+attributes; and those of ``GET schedules/``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
 from ..engine.records import RunStatus
-from ..models import WorkflowRun
+from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
 
 SEARCH_PREFIX = "search."
@@ -61,6 +62,34 @@ class RunFilter(django_filters.FilterSet):
     class Meta:
         model = WorkflowRun
         fields = ("status", "workflow", "workflow_id", "parent", "created_after", "created_before")
+
+
+class StrictBooleanField(forms.Field):
+    """``true``/``false`` (or ``1``/``0``); anything else is an error, not "no filter"."""
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in (None, ""):
+            return None
+        lowered = str(value).lower()
+        if lowered in ("true", "1"):
+            return True
+        if lowered in ("false", "0"):
+            return False
+        raise forms.ValidationError("Give true or false.")
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictBooleanField
+
+
+class ScheduleFilter(django_filters.FilterSet):
+    paused = StrictBooleanFilter(help_text="Paused (true) or firing (false) schedules.")
+    workflow = django_filters.CharFilter(field_name="workflow_name", help_text="Registered workflow name.")
+    managed = StrictBooleanFilter(help_text="Declared in code (true) or made by hand (false) schedules.")
+
+    class Meta:
+        model = Schedule
+        fields = ("paused", "workflow", "managed")
 
 
 def _candidates(raw: str) -> list[Any]:

@@ -1,7 +1,8 @@
 """Who may do what through the REST API (DESIGN §6, Permissions).
 
 The default: an authenticated, active staff user holding the model permission of the
-operation on ``WorkflowRun``. ``WEFT_API_PERMISSION_CLASSES`` replaces it.
+operation, on ``WorkflowRun`` for runs and workflows, on ``Schedule`` for schedules.
+``WEFT_API_PERMISSION_CLASSES`` replaces it.
 """
 
 from __future__ import annotations
@@ -33,12 +34,33 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "resume": "suspend_workflowrun",
 }
 
+#: The ``Schedule`` permission each operation of ``schedules/`` needs (``ScheduleViewSet``'s actions).
+SCHEDULE_ACTION_PERMISSIONS: dict[str, str] = {
+    "list": "view_schedule",
+    "retrieve": "view_schedule",
+    "metadata": "view_schedule",
+    "create": "add_schedule",
+    "partial_update": "change_schedule",
+    "destroy": "delete_schedule",
+    "pause": "pause_schedule",
+    "unpause": "pause_schedule",
+    "trigger": "trigger_schedule",
+    "backfill": "trigger_schedule",
+}
+
+#: The table of each ``weft_resource`` a view declares (``"runs"`` when it declares none).
+PERMISSION_TABLES: dict[str, dict[str, str]] = {
+    "runs": ACTION_PERMISSIONS,
+    "schedules": SCHEDULE_ACTION_PERMISSIONS,
+}
+
 
 class IsStaffWithRunPermission(BasePermission):
-    """Authenticated active staff holding ``django_weft.<codename>`` for the view's action.
+    """Authenticated active staff holding ``django_weft.<codename>`` for the view's action,
+    looked up in the table of the view's ``weft_resource`` (:data:`PERMISSION_TABLES`):
+    run permissions for runs and workflows, schedule permissions for schedules.
 
-    An action missing from :data:`ACTION_PERMISSIONS` is refused: a new route has to say
-    what it needs."""
+    An action missing from its table is refused: a new route has to say what it needs."""
 
     message = "You need staff status and the matching django_weft permission for this operation."
 
@@ -47,7 +69,8 @@ class IsStaffWithRunPermission(BasePermission):
         if not (user and user.is_authenticated and user.is_active and user.is_staff):
             return False
         action = getattr(view, "weft_action", None) or getattr(view, "action", None) or ""
-        codename = ACTION_PERMISSIONS.get(str(action))
+        table = PERMISSION_TABLES.get(str(getattr(view, "weft_resource", "runs")), {})
+        codename = table.get(str(action))
         return codename is not None and bool(user.has_perm(f"django_weft.{codename}"))
 
 

@@ -6,11 +6,15 @@ durations, ids) and raises ``InvalidInput``, which the error envelope reports th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from ..engine.records import RunStatus
+from ..engine.schedule_firing import OverlapPolicy
 
 STATUS_CHOICES = [status.value for status in RunStatus]
 ON_CONFLICT_CHOICES = ["use_existing", "fail", "start_new_if_terminal"]
@@ -185,6 +189,211 @@ class WorkflowSerializer(serializers.Serializer):
     parameters = ParameterSerializer(many=True)
     has_finalizer = serializers.BooleanField()
     counts = serializers.DictField(child=serializers.IntegerField(), help_text="Runs per status.")
+
+
+# -- schedules ---------------------------------------------------------------------------
+
+OVERLAP_CHOICES = [policy.value for policy in OverlapPolicy]
+ACTION_OUTCOMES = ["started", "already_started", "skipped", "buffered", "missed", "error"]
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 date-time with a time zone offset (``Z`` or ``+01:00``), as UTC. A
+    time without an offset is refused rather than read in the server's time zone."""
+
+    def to_internal_value(self, value: Any) -> datetime:
+        if not isinstance(value, str):
+            raise serializers.ValidationError("Give an ISO 8601 date-time such as 2027-01-01T09:00:00Z.")
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise serializers.ValidationError(
+                f"Not an ISO 8601 date-time: {value!r}; give one such as 2027-01-01T09:00:00Z."
+            )
+        if parsed.tzinfo is None or parsed.utcoffset() is None:
+            raise serializers.ValidationError(
+                f"{value!r} has no time zone; add Z (UTC) or an offset such as +01:00."
+            )
+        try:
+            return parsed.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise serializers.ValidationError("This date-time is out of range.") from None
+
+
+class StrictSerializer(serializers.Serializer):
+    """A request body that refuses keys it does not know: a misspelt option is an error,
+    not an option silently left at its default."""
+
+    unknown_key_hints: dict[str, str] = {}
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown: dict[str, list[str]] = {}
+        if isinstance(data, Mapping):
+            keys = ", ".join(self.fields)
+            hint = f"Unknown key; the keys are {keys}."
+            unknown = {
+                str(key): [self.unknown_key_hints.get(str(key), hint)]
+                for key in data
+                if key not in self.fields
+            }
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **unknown}) from None
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
+
+
+class ScheduleOptionsSerializer(StrictSerializer):
+    """The options of a schedule a request may set; keys the API does not know are refused."""
+
+    workflow = serializers.CharField(max_length=200, required=False, help_text="A registered workflow name.")
+    args = serializers.ListField(child=serializers.JSONField(), required=False)
+    kwargs = serializers.DictField(child=serializers.JSONField(), required=False)
+    cron = serializers.CharField(
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        help_text="5 fields (minute hour day month weekday), 6 with a leading seconds field, or "
+        "@yearly, @monthly, @weekly, @daily, @hourly; matched on the wall clock of timezone. "
+        "Give cron or every.",
+    )
+    every = DurationField(required=False, allow_null=True, help_text="An interval (at least 1 s).")
+    offset = DurationField(
+        required=False, allow_null=True, help_text="Shifts an every= interval from the Unix epoch."
+    )
+    timezone = serializers.CharField(
+        required=False, allow_null=True, help_text="An IANA time zone for cron. Default UTC."
+    )
+    overlap = serializers.ChoiceField(
+        choices=OVERLAP_CHOICES,
+        required=False,
+        help_text="What a fire does while the schedule's previous run is open. Default skip.",
+    )
+    catchup_window = DurationField(
+        required=False, help_text="Fires missed by up to this much still start. Default 60 s."
+    )
+    jitter = DurationField(
+        required=False, allow_null=True, help_text="Delay each fire by up to this much (deterministic)."
+    )
+    start_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fire before (inclusive).")
+    end_at = AwareDateTimeField(required=False, allow_null=True, help_text="No fire after (inclusive).")
+    note = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=2000)
+    search_attributes = serializers.DictField(
+        child=serializers.JSONField(),
+        required=False,
+        help_text="Given to every run, with weft_schedule_id and weft_scheduled_at.",
+    )
+
+
+class CreateScheduleSerializer(ScheduleOptionsSerializer):
+    """A new schedule: its id, the workflow, and cron or every; the rest has defaults."""
+
+    id = serializers.CharField(
+        trim_whitespace=False,
+        help_text="Letters, digits, - and _, starting with a letter or digit; at most 200 characters.",
+    )
+    workflow = serializers.CharField(max_length=200, help_text="A registered workflow name.")
+    paused = serializers.BooleanField(required=False, help_text="Create it paused. Default false.")
+
+
+class UpdateScheduleSerializer(ScheduleOptionsSerializer):
+    """The options to change; those not given stay. cron replaces every (and offset), every
+    replaces cron."""
+
+    unknown_key_hints = {
+        "paused": "Pause and unpause with POST schedules/{id}/pause/ and unpause/.",
+        "id": "A schedule's id does not change; create another schedule.",
+    }
+
+
+class ScheduleActionSerializer(serializers.Serializer):
+    """What one scheduled time did."""
+
+    scheduled_at = serializers.DateTimeField()
+    actual_at = serializers.DateTimeField()
+    outcome = serializers.ChoiceField(
+        choices=ACTION_OUTCOMES,
+        help_text="started; already_started (its run existed: a fire is idempotent); skipped or "
+        "buffered (overlap); missed (older than the catch-up window); error (the start failed).",
+    )
+    source = serializers.ChoiceField(choices=["schedule", "buffer", "trigger", "backfill"], required=False)
+    run_id = serializers.UUIDField(required=False, help_text="The run started (or found).")
+    workflow_id = serializers.CharField(required=False)
+    detail = serializers.CharField(required=False)
+
+
+class RecentActionSerializer(ScheduleActionSerializer):
+    run_status = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="The run's status now (as a run's status), with run_id; null once the run is deleted.",
+    )
+
+
+class ScheduleSerializer(serializers.Serializer):
+    """A schedule: the fields of ``ScheduleHandle.describe()`` plus ``url``. Durations are seconds."""
+
+    id = serializers.CharField()
+    workflow = serializers.CharField()
+    args = serializers.JSONField()
+    kwargs = serializers.JSONField()
+    search_attributes = serializers.JSONField()
+    cron = serializers.CharField(allow_null=True)
+    every = serializers.FloatField(allow_null=True)
+    offset = serializers.FloatField()
+    timezone = serializers.CharField()
+    start_at = serializers.DateTimeField(allow_null=True)
+    end_at = serializers.DateTimeField(allow_null=True)
+    jitter = serializers.FloatField()
+    spec = serializers.CharField(help_text="The spec in words: cron '0 9 * * *' in Europe/Oslo, every 1h.")
+    overlap = serializers.ChoiceField(choices=OVERLAP_CHOICES)
+    catchup_window = serializers.FloatField()
+    paused = serializers.BooleanField()
+    note = serializers.CharField(allow_blank=True)
+    managed = serializers.BooleanField(
+        help_text="Declared in code: only the note, pausing, triggers and backfills are operators'."
+    )
+    next_fire_at = serializers.DateTimeField(allow_null=True)
+    next_fire_times = serializers.ListField(
+        child=serializers.DateTimeField(), help_text="The next 5 (none while paused or ended)."
+    )
+    recent_actions = RecentActionSerializer(many=True, help_text="Newest first, up to 20.")
+    fired = serializers.IntegerField(help_text="Runs started.")
+    skipped = serializers.IntegerField(help_text="Fires skipped by the overlap policy.")
+    missed = serializers.IntegerField(help_text="Fires older than the catch-up window.")
+    last_missed_at = serializers.DateTimeField(allow_null=True)
+    buffered = serializers.ListField(
+        child=serializers.DateTimeField(), help_text="Scheduled times waiting for the open run."
+    )
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    url = serializers.URLField()
+
+
+class PauseRequestSerializer(StrictSerializer):
+    note = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=2000)
+
+
+class TriggerRequestSerializer(StrictSerializer):
+    overlap = serializers.ChoiceField(
+        choices=OVERLAP_CHOICES, required=False, allow_null=True, help_text="Default: the schedule's."
+    )
+
+
+class BackfillRequestSerializer(StrictSerializer):
+    start = AwareDateTimeField(help_text="The first scheduled time to fire (inclusive), with an offset.")
+    end = AwareDateTimeField(help_text="The last (inclusive), with an offset.")
+    overlap = serializers.ChoiceField(choices=OVERLAP_CHOICES, required=False, default="allow_all")
+
+
+class BackfillSerializer(serializers.Serializer):
+    actions = ScheduleActionSerializer(many=True, help_text="One per scheduled time, oldest first.")
 
 
 # -- errors -----------------------------------------------------------------------------

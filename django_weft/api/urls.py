@@ -12,12 +12,13 @@ from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import SimpleRouter
 
 from .schema import WeftRedocView, WeftSchemaView, WeftSwaggerView
-from .views import RunViewSet, WorkflowListView
+from .views import RunViewSet, ScheduleViewSet, WorkflowListView
 
 app_name = "django_weft_api"
 
 router = SimpleRouter()
 router.register("runs", RunViewSet, basename="run")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 
 def _non_atomic(pattern: URLPattern | URLResolver) -> URLPattern | URLResolver:

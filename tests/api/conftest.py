@@ -22,6 +22,12 @@ WEFT_PERMISSIONS = [
     "update_workflowrun",
     "cancel_workflowrun",
     "suspend_workflowrun",
+    "view_schedule",
+    "add_schedule",
+    "change_schedule",
+    "delete_schedule",
+    "pause_schedule",
+    "trigger_schedule",
 ]
 
 
@@ -41,6 +47,12 @@ class Api:
     def post(self, path: str, json: Any = None, **kwargs: Any) -> requests.Response:
         return requests.post(self.url(path), json=json, auth=self.auth, timeout=60, **kwargs)
 
+    def patch(self, path: str, json: Any = None, **kwargs: Any) -> requests.Response:
+        return requests.patch(self.url(path), json=json, auth=self.auth, timeout=60, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> requests.Response:
+        return requests.delete(self.url(path), auth=self.auth, timeout=60, **kwargs)
+
     def as_user(self, username: str | None) -> Api:
         return Api(self.base, (username, PASSWORD) if username else None)
 
@@ -56,7 +68,7 @@ def make_user(username: str, *, staff: bool, permissions: list[str]) -> Any:
 
 @pytest.fixture
 def api(live_server: Any, transactional_db: None) -> Api:
-    """The API as a staff user holding every django_weft permission."""
+    """The API as a staff user holding every django_weft permission (runs and schedules)."""
     make_user("ops", staff=True, permissions=WEFT_PERMISSIONS)
     return Api(f"{live_server.url}/api/weft/", ("ops", PASSWORD))
 

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from django_weft import client
-from django_weft.models import Signal, Step, Update, WorkflowRun
+from django_weft.models import Schedule, Signal, Step, Update, WorkflowRun
 
 from .conftest import Api
 
@@ -174,6 +174,20 @@ def test_strings_no_database_can_store_are_refused_with_nothing_written(api: Api
     with pytest.raises(PayloadError):
         client.get_handle(run.run_id).signal("poke", {"text": bad})
     assert _snapshot()[0] == before[0] + 1 and _snapshot()[1:] == before[1:]
+
+
+def test_a_lone_surrogate_echoed_in_an_error_is_escaped_not_a_500(api: Api) -> None:
+    """DRF's messages quote a bad choice, and a schedule body names an unknown key: JSON
+    can carry a lone surrogate there, a UTF-8 response cannot."""
+    before = _snapshot()
+    for path, body in [
+        ("runs/", b'{"workflow": "tests.echo", "on_conflict": "\\ud800"}'),
+        ("schedules/", b'{"id": "x", "workflow": "tests.echo", "every": 60, "overlap": "x\\udfff"}'),
+        ("schedules/", b'{"id": "x", "workflow": "tests.echo", "every": 60, "\\ud800": 1}'),
+    ]:
+        fields = _error(_post_raw(api, path, body), 400, "invalid")["details"]["fields"]
+        assert "\\ud800" in json.dumps(fields) or "\\udfff" in json.dumps(fields), fields
+    assert _snapshot() == before and not Schedule.objects.exists()
 
 
 def _post_raw(api: Api, path: str, body: bytes, content_type: str = "application/json") -> requests.Response:

@@ -23,10 +23,13 @@ from schemathesis import checks
 
 from django_weft import client
 from django_weft.api.exceptions import _DRF_CODES, _WEFT_ERRORS
+from django_weft.models import Schedule
+from django_weft.runtime import sync_schedules
 
 from .conftest import PASSWORD, WEFT_PERMISSIONS, Api, make_user
 
 EXAMPLES = 50
+DECLARED = "tests-nightly-report"  # declared in code by tests.scheduled_report
 AUTH = {"Authorization": "Basic " + base64.b64encode(f"fuzz:{PASSWORD}".encode()).decode()}
 
 
@@ -34,7 +37,14 @@ def test_spectacular_validates_the_schema_without_warnings() -> None:
     out = StringIO()
     call_command("spectacular", "--validate", "--fail-on-warn", "--urlconf", "tests.urls", stdout=out)
     schema = out.getvalue()
-    for route in ("runs/", "runs/{ref}/history/", "runs/{ref}/updates/{update_id}/", "workflows/"):
+    for route in (
+        "runs/",
+        "runs/{ref}/history/",
+        "runs/{ref}/updates/{update_id}/",
+        "workflows/",
+        "schedules/",
+        "schedules/{id}/backfill/",
+    ):
         assert f"/api/weft/{route}:" in schema
 
 
@@ -56,13 +66,17 @@ def test_the_schema_and_its_pages_are_served_from_local_files(api: Api) -> None:
 
 
 @pytest.mark.fuzz
+# 23 operations, valid and invalid input, up to 50 examples each: about two minutes per
+# database on a busy two-core machine, over the suite's default timeout.
+@pytest.mark.timeout(400)
 @pytest.mark.django_db(transaction=True)
 def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None:
     make_user("fuzz", staff=True, permissions=WEFT_PERMISSIONS)
     client.start("tests.m.cart", args=["fuzz"], id="fuzz-cart")
+    sync_schedules()  # a schedule declared in code
     schema = schemathesis.openapi.from_url(f"{live_server.url}/api/weft/schema/?format=json", headers=AUTH)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 14  # every route and method of the REST table
+    assert len(operations) == 23  # every route and method of the REST table
     calls = 0
     for operation, mode in itertools.product(operations, schemathesis.GenerationMode):
 
@@ -81,6 +95,10 @@ def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None
                 case.query["wait"] = 0
             if isinstance(case.body, dict) and "wait" in case.body:
                 case.body["wait"] = 0
+            # Every other call to a schedule's route names one that exists (generated ids
+            # almost never do): one made by hand, or the one declared in code.
+            if case.path_parameters and "id" in case.path_parameters and calls % 2:
+                case.path_parameters["id"] = _fuzzed_schedule(calls)
             case.call_and_validate(
                 base_url=live_server.url,
                 headers=AUTH,
@@ -98,6 +116,17 @@ def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None
     assert calls >= len(operations) * 2 * 10, calls
 
 
+def _fuzzed_schedule(calls: int) -> str:
+    """The id of an existing schedule (created again when a fuzzed call deleted it)."""
+    if calls % 4 == 3:
+        if not Schedule.objects.filter(pk=DECLARED).exists():
+            sync_schedules()
+        return DECLARED
+    if not Schedule.objects.filter(pk="fuzz-schedule").exists():
+        client.create_schedule("fuzz-schedule", "tests.echo", cron="0 9 * * *", timezone="Europe/Oslo")
+    return "fuzz-schedule"
+
+
 def test_the_rest_reference_lists_every_route_and_error_code_of_the_schema() -> None:
     out = StringIO()
     call_command("spectacular", "--urlconf", "tests.urls", stdout=out)
@@ -108,7 +137,7 @@ def test_the_rest_reference_lists_every_route_and_error_code_of_the_schema() -> 
         for method in operations
     }
     page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "rest.md").read_text()
-    in_docs = set(re.findall(r"^\| (GET|POST) \| `([^`]+)` \|", page, re.MULTILINE))
+    in_docs = set(re.findall(r"^\| (GET|POST|PATCH|DELETE) \| `([^`]+)` \|", page, re.MULTILINE))
     assert in_docs == in_schema
     codes = {code for _, _, code in _WEFT_ERRORS} | set(_DRF_CODES.values())
     documented = set(re.findall(r"`([a-z_]+)`", page.split("## Errors", 1)[1].split("## Permissions")[0]))
