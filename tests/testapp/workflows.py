@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import UTC, date, datetime
 from typing import Any
 
 from django_weft import (
@@ -727,3 +728,52 @@ def schedule_info(ctx: Any) -> dict[str, Any]:
 def scheduled_report(ctx: Any, kind: str = "daily") -> str:
     """Declares a schedule in code (synced by ``manage.py weft_schedules sync``)."""
     return f"{kind} report"
+
+
+# -- search attributes set from workflow code --------------------------------------------------
+
+
+@workflow(name="tests.attrs.lifecycle")
+def attrs_lifecycle(ctx: Any, key: str) -> Any:
+    """Sets typed attributes, removes one, waits for signal ``finish``, then says it is done."""
+    ctx.set_search_attributes(
+        {
+            "customer": 7,
+            "tier": "gold",
+            "score": 2.5,
+            "vip": True,
+            "due": datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+            "day": date(2030, 1, 2),
+            "temp": key,
+        }
+    )
+    ctx.run(record, f"{key}:between")
+    ctx.set_search_attributes({"temp": None, "stage": "waiting"})
+    payload = ctx.wait_signal("finish")
+    ctx.set_search_attributes({"stage": "done"})
+    return payload
+
+
+@workflow(name="tests.attrs.set")
+def attrs_set(ctx: Any, attributes: Any) -> str:
+    """Sets ``attributes`` (as given at start) and returns."""
+    ctx.set_search_attributes(attributes)
+    return "set"
+
+
+@workflow(name="tests.attrs.steps")
+def attrs_steps(ctx: Any, key: str) -> str:
+    """Attributes around an activity: step 0 sets them, step 2 moves ``stage`` on."""
+    ctx.set_search_attributes({"order": key, "stage": "charging"})
+    ctx.run(record, f"{key}:charge")
+    ctx.set_search_attributes({"stage": "charged"})
+    return "charged"
+
+
+@workflow(name="tests.attrs.chain")
+def attrs_chain(ctx: Any, n: int) -> int:
+    """The first run sets an attribute and continues as new; the successor returns."""
+    if n == 0:
+        ctx.set_search_attributes({"customer": 7})
+        ctx.continue_as_new(1)
+    return n
