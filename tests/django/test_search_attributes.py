@@ -110,6 +110,12 @@ def test_the_values_are_found_at_once_by_the_client_rest_and_admin(staff: Client
     assert admin_ids(staff, "temp=found") == set()
 
 
+def test_the_run_is_found_by_another_connection_as_soon_as_the_call_returns() -> None:
+    handle = client.start("tests.attrs.seen", args=["seen-1"])
+    assert drive(handle.run_id) == "completed"
+    assert handle.result() is True  # asked in the same turn, right after the call
+
+
 def test_replay_does_not_write_the_recorded_attributes_again(staff: Client) -> None:
     run_id = waiting_run("replay")
     recorded = dict(Step.objects.filter(run_id=run_id, kind="search_attrs").values_list("seq", "updated_at"))

@@ -8,6 +8,8 @@ import time
 from datetime import UTC, date, datetime
 from typing import Any
 
+from django.db import connection
+
 from django_weft import (
     ChildWorkflowFailed,
     RetryPolicy,
@@ -18,6 +20,7 @@ from django_weft import (
     schedule,
     workflow,
 )
+from django_weft.models import WorkflowRun
 
 from .models import LedgerEntry, SideEffect
 
@@ -768,6 +771,31 @@ def attrs_steps(ctx: Any, key: str) -> str:
     ctx.run(record, f"{key}:charge")
     ctx.set_search_attributes({"stage": "charged"})
     return "charged"
+
+
+@activity(name="tests.attrs.searched_elsewhere", retry=NO_RETRY)
+def searched_elsewhere(key: str) -> bool:
+    """Whether another database connection (another thread) finds the run by ``order=key``."""
+    found: list[bool] = []
+
+    def look() -> None:
+        try:
+            found.append(WorkflowRun.objects.search(order=key).exists())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=look)
+    thread.start()
+    thread.join(30)
+    return found[0]
+
+
+@workflow(name="tests.attrs.seen")
+def attrs_seen(ctx: Any, key: str) -> bool:
+    """Sets ``order``, then asks from another connection, within the same turn, whether
+    the run is found by it."""
+    ctx.set_search_attributes({"order": key})
+    return bool(ctx.run(searched_elsewhere, key))
 
 
 @workflow(name="tests.attrs.chain")
