@@ -47,6 +47,7 @@ from .messages import (
 )
 from .records import ClaimedRun, StepKind, StepRecord, StepStatus, StepWrite, TimerKind, TimerWrite
 from .registry import Activity, Workflow, as_activity
+from .search_attributes import check_search_attributes, step_name
 from .unwind import ContinueAsNew, DeposedUnwind, Park, QueryFrontier, Unwind
 from .waits import Handle
 
@@ -304,10 +305,16 @@ class WorkflowContext:
         self._unwinding = Park(waiting_on, steps, timers)
         raise self._unwinding
 
-    def _commit(self, step: StepWrite) -> None:
+    def _commit(self, step: StepWrite, write: Callable[..., None] | None = None, *extra: Any) -> None:
+        """Record ``step`` with a fenced write: the store's ``commit_step``, or ``write`` (a
+        fenced store method taking the step and ``extra``) for a step that also changes
+        the run in the same transaction."""
         self._frontier()
         faults.hit("before_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
-        self._fence.write(self._engine.store.commit_step, step)
+        if write is None:
+            self._fence.write(self._engine.store.commit_step, step)
+        else:
+            self._fence.write(write, step, *extra)
         faults.hit("after_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
 
     def _step(
@@ -550,6 +557,29 @@ class WorkflowContext:
         )
         self._fence.write(self._engine.store.set_finalizer_state, step, state_json)
         self._remember(step, codec.loads(state_json), None)
+
+    def set_search_attributes(self, attributes: Mapping[str, Any]) -> None:
+        """Merge ``attributes`` into this run's search attributes; a ``None`` value removes
+        that attribute. Values are ``str``, ``int``, ``float``, ``bool``, or an aware
+        ``datetime`` or a ``date`` (stored as ISO 8601 text: a datetime in UTC, ending in
+        ``Z``). Names are letters, digits, ``_`` and ``-``; ``weft_...`` is reserved.
+
+        Checked here: anything else raises :class:`InvalidInput` (a ``ValueError``) in the
+        workflow, before anything is recorded. Recorded as one step whose commit also
+        writes the run's attributes (both or neither, fenced like every step), so the run
+        is found by the new values as soon as this returns, and replay does not write them
+        again. An empty dict does nothing."""
+        self._enter()
+        values = check_search_attributes(attributes)
+        if not values:
+            return
+        args_json = codec.dumps(values, what="the search attributes")
+        name = step_name(values)
+        seq, recorded = self._next(StepKind.SEARCH_ATTRIBUTES, name)
+        if recorded is not None:
+            return
+        step = self._step(seq, StepKind.SEARCH_ATTRIBUTES, name, StepStatus.COMPLETED, args_json=args_json)
+        self._commit(step, self._engine.store.set_search_attributes, values)
 
     def now(self) -> datetime:
         """The current time (UTC, by the database clock), recorded once."""

@@ -110,6 +110,12 @@ class TurnStore(Protocol):
     ) -> None:
         """Record the step and store ``state_json`` as the run's finalizer state, fenced."""
 
+    def set_search_attributes(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, attributes: dict[str, Any]
+    ) -> None:
+        """Record the step and merge ``attributes`` into the run's search attributes (a
+        ``None`` value removes that key) in one fenced transaction: both or neither."""
+
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         """Finish the run as ``continued`` and create its successor; return the new run id."""
 

@@ -36,6 +36,7 @@ class StepKind(enum.StrEnum):
     CONDITION = "condition"  # ctx.wait_condition: satisfied or timed out
     HANDLER = "handler"  # a signal or update handler applied while the body was blocked
     CHILD = "child"  # a child workflow: started, then its outcome
+    SEARCH_ATTRIBUTES = "search_attrs"  # ctx.set_search_attributes (Step.kind holds 16 characters)
 
 
 class StepStatus(enum.StrEnum):
@@ -136,7 +137,8 @@ class ClaimedRun:
     parent_run_id: str | None = None
     search_attributes: dict[str, Any] = field(default_factory=dict)
     """As stored when the run was claimed; the engine reads only the ``weft_`` ones set
-    at start (a scheduled run's schedule id and time)."""
+    at start (a scheduled run's schedule id and time). ``ctx.set_search_attributes``
+    writes through the store and does not change this copy."""
 
 
 class MessageKind(enum.StrEnum):

@@ -22,6 +22,7 @@ class Step(models.Model):
         CONDITION = StepKind.CONDITION, _("wait for a condition")
         HANDLER = StepKind.HANDLER, _("handler")
         CHILD = StepKind.CHILD, _("child workflow")
+        SEARCH_ATTRIBUTES = StepKind.SEARCH_ATTRIBUTES, _("search attributes")
 
     class Status(models.TextChoices):
         COMPLETED = StepStatus.COMPLETED, _("completed")

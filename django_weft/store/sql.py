@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -162,12 +163,16 @@ class SqlStatements(StoreBase):
             sql = _STEP_SQL[vendor] = self._build_step_sql()
         return sql
 
-    def _build_step_sql(self) -> str:
+    def _step_values(self) -> str:
+        """The step columns' placeholders (:data:`_STEP_COLUMNS` after ``run_id``)."""
         cast = "::jsonb" if self.is_postgres else ""
-        values = (
+        return (
             f"%(seq)s, %(kind)s, %(name)s, %(status)s, %(args)s{cast}, %(result)s{cast}, "
             f"%(error)s{cast}, %(attempt)s, %(started)s, %(finished)s, %(stamp)s, %(stamp)s"
         )
+
+    def _build_step_sql(self) -> str:
+        values = self._step_values()
         if self.is_postgres:
             return (
                 f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND "
@@ -237,6 +242,44 @@ class SqlStatements(StoreBase):
             self._check_step_written(row, run_id, owner, epoch, step)
             return
         with connection.cursor() as cursor:
+            self._write_step(cursor, run_id, owner, epoch, step)
+
+    def set_search_attributes(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, attributes: dict[str, Any]
+    ) -> None:
+        """Record ``step`` and merge ``attributes`` into the run's search attributes (``None``
+        removes a key), fenced on (owner, epoch): both are written or neither. Raises
+        ``Deposed``.
+
+        PostgreSQL: one statement, the conditional UPDATE of the run row (the fence, and the
+        same row lock a step commit takes) feeding the step INSERT. SQLite: the same UPDATE,
+        with ``json_patch`` (RFC 7396: a null removes the key), then the fenced step INSERT,
+        in one transaction."""
+        params = self._step_params(run_id, owner, epoch, step)
+        if self.is_postgres:
+            kept = {key: value for key, value in attributes.items() if value is not None}
+            sql = (
+                f"WITH fence AS (UPDATE {RUN_TABLE} SET search_attributes = "
+                "(search_attributes || %(set)s::jsonb) - %(removed)s::text[], updated_at = now() "
+                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s RETURNING id) "
+                f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT fence.id, {self._step_values()} "
+                f"FROM fence {_STEP_ON_CONFLICT} RETURNING id"
+            )
+            params["set"] = codec.dumps(kept)
+            params["removed"] = [key for key in attributes if key not in kept]
+            with self.connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                self._check_step_written(cursor.fetchone(), run_id, owner, epoch, step)
+            return
+        sql = (
+            f"UPDATE {RUN_TABLE} SET search_attributes = json_patch(search_attributes, %(patch)s), "
+            "updated_at = %(stamp)s WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s"
+        )
+        params["patch"] = codec.dumps(attributes)
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            if cursor.rowcount != 1:
+                raise _deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
             self._write_step(cursor, run_id, owner, epoch, step)
 
     def _write_timers(

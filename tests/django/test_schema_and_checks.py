@@ -8,12 +8,21 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
+from django_weft.engine.records import StepKind
+from django_weft.models import Step
+
 
 @pytest.mark.django_db
 def test_models_match_migrations() -> None:
     out = StringIO()
     call_command("makemigrations", "django_weft", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def test_every_engine_step_kind_is_a_choice_that_fits_the_column() -> None:
+    field = Step._meta.get_field("kind")
+    assert {kind.value for kind in StepKind} == {value for value, _ in Step.Kind.choices}
+    assert all(len(kind.value) <= field.max_length for kind in StepKind)  # type: ignore[operator]
 
 
 def ids(**settings: object) -> set[str]:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from datetime import UTC, date, datetime
 from typing import Any
+
+from django.db import connection
 
 from django_weft import (
     ChildWorkflowFailed,
@@ -17,6 +20,7 @@ from django_weft import (
     schedule,
     workflow,
 )
+from django_weft.models import WorkflowRun
 
 from .models import LedgerEntry, SideEffect
 
@@ -727,3 +731,77 @@ def schedule_info(ctx: Any) -> dict[str, Any]:
 def scheduled_report(ctx: Any, kind: str = "daily") -> str:
     """Declares a schedule in code (synced by ``manage.py weft_schedules sync``)."""
     return f"{kind} report"
+
+
+# -- search attributes set from workflow code --------------------------------------------------
+
+
+@workflow(name="tests.attrs.lifecycle")
+def attrs_lifecycle(ctx: Any, key: str) -> Any:
+    """Sets typed attributes, removes one, waits for signal ``finish``, then says it is done."""
+    ctx.set_search_attributes(
+        {
+            "customer": 7,
+            "tier": "gold",
+            "score": 2.5,
+            "vip": True,
+            "due": datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+            "day": date(2030, 1, 2),
+            "temp": key,
+        }
+    )
+    ctx.run(record, f"{key}:between")
+    ctx.set_search_attributes({"temp": None, "stage": "waiting"})
+    payload = ctx.wait_signal("finish")
+    ctx.set_search_attributes({"stage": "done"})
+    return payload
+
+
+@workflow(name="tests.attrs.set")
+def attrs_set(ctx: Any, attributes: Any) -> str:
+    """Sets ``attributes`` (as given at start) and returns."""
+    ctx.set_search_attributes(attributes)
+    return "set"
+
+
+@workflow(name="tests.attrs.steps")
+def attrs_steps(ctx: Any, key: str) -> str:
+    """Attributes around an activity: step 0 sets them, step 2 moves ``stage`` on."""
+    ctx.set_search_attributes({"order": key, "stage": "charging"})
+    ctx.run(record, f"{key}:charge")
+    ctx.set_search_attributes({"stage": "charged"})
+    return "charged"
+
+
+@activity(name="tests.attrs.searched_elsewhere", retry=NO_RETRY)
+def searched_elsewhere(key: str) -> bool:
+    """Whether another database connection (another thread) finds the run by ``order=key``."""
+    found: list[bool] = []
+
+    def look() -> None:
+        try:
+            found.append(WorkflowRun.objects.search(order=key).exists())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=look)
+    thread.start()
+    thread.join(30)
+    return found[0]
+
+
+@workflow(name="tests.attrs.seen")
+def attrs_seen(ctx: Any, key: str) -> bool:
+    """Sets ``order``, then asks from another connection, within the same turn, whether
+    the run is found by it."""
+    ctx.set_search_attributes({"order": key})
+    return bool(ctx.run(searched_elsewhere, key))
+
+
+@workflow(name="tests.attrs.chain")
+def attrs_chain(ctx: Any, n: int) -> int:
+    """The first run sets an attribute and continues as new; the successor returns."""
+    if n == 0:
+        ctx.set_search_attributes({"customer": 7})
+        ctx.continue_as_new(1)
+    return n

@@ -58,6 +58,7 @@ class MemoryRun:
     error: dict[str, Any] | None = None
     failure_category: str = ""
     finalizer_state: Any = None
+    search_attributes: dict[str, Any] = field(default_factory=dict)
     parent_run_id: str | None = None
     parent_seq: int | None = None
     parent_close_policy: str = "terminate"
@@ -195,6 +196,7 @@ class MemoryStore:
                 db_now=self.now,
                 steps={seq: _record(step) for seq, step in run.steps.items()},
                 parent_run_id=run.parent_run_id,
+                search_attributes=dict(run.search_attributes),
             )
 
     def _fire_due_timers(self, run: MemoryRun) -> bool:
@@ -330,6 +332,16 @@ class MemoryStore:
             run.steps[step.seq] = step
             run.finalizer_state = codec.loads(state_json)
 
+    def set_search_attributes(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, attributes: dict[str, Any]
+    ) -> None:
+        with self._lock:
+            run = self._owned(run_id, owner, epoch, f"step {step.seq}")
+            run.steps[step.seq] = step
+            removed = {key for key, value in attributes.items() if value is None}
+            merged = {**run.search_attributes, **attributes}
+            run.search_attributes = {key: value for key, value in merged.items() if key not in removed}
+
     # -- terminal commits ----------------------------------------------------------------
 
     def complete(
@@ -372,6 +384,7 @@ class MemoryStore:
                 parent_run_id=run.parent_run_id,
                 parent_seq=run.parent_seq,
                 parent_close_policy=run.parent_close_policy,
+                search_attributes=dict(run.search_attributes),
             )
             return successor
 
