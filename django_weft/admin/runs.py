@@ -502,14 +502,17 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def history_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
-        """The timeline and a page of the steps table, from the run's history."""
-        entries = runtime.read_history(run)
+        """The timeline and a page of the steps table, from the run's history: every step
+        without its payloads (the timeline shows none), then the payloads of the page's."""
+        entries = runtime.read_history(run, payloads=False)
         pages = max(math.ceil(len(entries) / STEPS_PER_PAGE), 1)
         try:
             page = min(max(int(request.GET.get("steps_page", 1)), 1), pages)
         except ValueError:
             page = 1
-        shown = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
+        outline = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
+        full = runtime.read_steps_at({str(run.pk): [entry.seq for entry in outline]}).get(str(run.pk), {})
+        shown = [full.get(entry.seq, entry) for entry in outline]
         return {
             "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),
             "weft_steps": steps_rows(shown),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -53,10 +53,24 @@ def read_run(ref: str | uuid.UUID) -> RunRecord:
     return RunRecord.of(get_run(ref))
 
 
-def read_history(run: WorkflowRun) -> list[HistoryEntry]:
-    """The run's recorded steps, in order."""
+_ENTRY_COLUMNS = tuple(field.name for field in fields(HistoryEntry))
+"""The step columns a :class:`HistoryEntry` is made of (same names)."""
+_PAYLOAD_COLUMNS = ("args", "result")
+
+
+def read_history(run: WorkflowRun, *, payloads: bool = True) -> list[HistoryEntry]:
+    """The run's recorded steps, in order.
+
+    With ``payloads=False`` the steps' ``args`` and ``result`` are not read (``None`` in
+    the entries): for a view of a long history that shows neither, like the admin's
+    timeline, which reads the payloads of the steps it lists with :func:`read_steps_at`.
+    Rows are read as tuples, without making model instances."""
+    columns = _ENTRY_COLUMNS if payloads else tuple(c for c in _ENTRY_COLUMNS if c not in _PAYLOAD_COLUMNS)
+    unread: dict[str, Any] = {} if payloads else dict.fromkeys(_PAYLOAD_COLUMNS)
     steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run).order_by("seq")
-    return [HistoryEntry.of(step) for step in steps]
+    return [
+        HistoryEntry(**dict(zip(columns, row, strict=True)), **unread) for row in steps.values_list(*columns)
+    ]
 
 
 def read_steps_at(positions: Mapping[str, Iterable[int]]) -> dict[str, dict[int, HistoryEntry]]:
@@ -71,8 +85,10 @@ def read_steps_at(positions: Mapping[str, Iterable[int]]) -> dict[str, dict[int,
     if not wanted:
         return found
     # No order: Step's default ordering would join the run table to sort by it.
-    for step in Step.objects.using(weft_settings.DATABASE_ALIAS).filter(wanted).order_by():
-        found.setdefault(str(step.run_id), {})[step.seq] = HistoryEntry.of(step)
+    steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(wanted).order_by()
+    for run_id, *row in steps.values_list("run_id", *_ENTRY_COLUMNS):
+        entry = HistoryEntry(**dict(zip(_ENTRY_COLUMNS, row, strict=True)))
+        found.setdefault(str(run_id), {})[entry.seq] = entry
     return found
 
 

@@ -132,6 +132,8 @@ def test_a_long_history_renders_and_pages_its_table(admin_client_: Client) -> No
                 kind="activity",
                 name="tests.record",
                 status="completed",
+                args=[i],
+                result={"n": i},
                 started_at=start + timedelta(seconds=i),
                 finished_at=start + timedelta(seconds=i, milliseconds=500),
             )
@@ -139,8 +141,20 @@ def test_a_long_history_renders_and_pages_its_table(admin_client_: Client) -> No
         ]
     )
     make_step(run, 1000, "sleep", "sleep", "waiting", started_at=start + timedelta(seconds=1000))
-    html = admin_client_.get(change_url(run)).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        html = admin_client_.get(change_url(run)).content.decode()
     assert len(re.findall(r'data-seq="\d+"', timeline_of(html))) == 1001
     assert "Steps 1 to 200 of 1001" in html
+    # The whole history without payloads (the timeline shows none), then the payloads of
+    # the table's 200 steps only: a long history of large results is not read whole.
+    step_reads = [q["sql"] for q in queries.captured_queries if 'FROM "django_weft_step"' in q["sql"]]
+    assert len(step_reads) == 2, step_reads
+    outline, payloads = step_reads
+    assert '"django_weft_step"."result"' not in outline and '"django_weft_step"."args"' not in outline
+    assert '"django_weft_step"."result"' in payloads and payloads.count(", 199") == 1
+    page_2 = admin_client_.get(change_url(run), {"steps_page": "2"}).content.decode()
+    assert "Steps 201 to 400 of 1001" in page_2
+    results = {int(n) for n in re.findall(r"&quot;n&quot;: (\d+)", page_2)}
+    assert results == set(range(200, 400))
     page_6 = admin_client_.get(change_url(run), {"steps_page": "6"}).content.decode()
     assert "Steps 1001 to 1001 of 1001" in page_6
