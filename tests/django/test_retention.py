@@ -1,6 +1,6 @@
 """Retention on the database: which terminal runs ``purge_expired`` deletes (per status,
 per workflow, the 30-day default, ``None``), which it keeps (a live parent or child, a
-finalizer to run), what goes with them, dry runs, batches, the sweep's
+finalizer to run), what goes with them, dry runs, batches, ``weft_gc``, the sweep's
 pass, schedules whose runs were purged, and (PostgreSQL) that live runs are never locked.
 Age is set by moving ``updated_at`` into the past."""
 
@@ -11,9 +11,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import OperationalError, close_old_connections, connection, transaction
 from django.test import override_settings
 
@@ -203,6 +205,37 @@ def test_a_dry_run_deletes_nothing_and_reports_what_the_real_run_does() -> None:
     assert WorkflowRun.objects.count() == before[0] - 5
 
 
+@override_settings(WEFT_RETENTION={"completed": "1d", "failed": "1d"})
+def test_weft_gc_prints_a_line_per_batch_and_a_total() -> None:
+    for _ in range(5):
+        make_run("completed", 2)
+    make_run("failed", 2)
+    dry, out = StringIO(), StringIO()
+    call_command("weft_gc", "--dry-run", "--batch", "2", stdout=dry)
+    assert WorkflowRun.objects.count() == 6
+    call_command("weft_gc", "--batch", "2", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == [
+        "purged 2 completed; kept 0",
+        "purged 2 completed; kept 0",
+        "purged 1 completed, 1 failed; kept 0",
+    ]
+    assert lines[3].startswith("total: purged 6 (5 completed, 1 failed); kept 0 in 3 batches, ")
+    assert dry.getvalue().splitlines()[0] == "would purge 2 completed; kept 0"
+    assert WorkflowRun.objects.count() == 0
+    quiet = StringIO()
+    call_command("weft_gc", "--limit", "5", verbosity=0, stdout=quiet)
+    assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("option", [["--batch", "0"], ["--limit", "-1"], ["--batch", "many"]])
+def test_weft_gc_refuses_a_bad_batch_or_limit(option: list[str]) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="must be a positive integer"):
+        call_command("weft_gc", *option)
+
+
 @override_settings(WEFT_RETENTION="1d")
 def test_the_sweep_purges_at_most_once_a_minute_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sweep_module, "_last_purge", [0.0])
@@ -229,6 +262,14 @@ def test_a_schedule_whose_runs_were_purged_still_describes_and_fires() -> None:
     Schedule.objects.filter(pk="gc-hourly").update(next_fire_at=db_now() - timedelta(seconds=1))
     assert fire_due_schedules(100) == 1
     assert WorkflowRun.objects.filter(workflow_id__startswith="gc-hourly-").count() == 1
+
+
+def test_the_celery_gc_task_purges(settings: Any) -> None:
+    from django_weft.contrib.celery.tasks import gc
+
+    settings.WEFT_RETENTION = "1d"
+    make_run("completed", 2)
+    assert gc() == {"purged": 1, "kept": 0}
 
 
 # -- PostgreSQL: index use and locks -------------------------------------------------------
