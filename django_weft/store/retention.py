@@ -23,7 +23,7 @@ from django.db.models import Q
 from ..engine.finalizers import UNFINISHED_FINALIZER_STATUSES
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES
 from ..engine.retention import DueRange, KeptReason
-from ..models import Signal, Step, Timer, Update, WorkflowRun
+from ..models import WorkflowRun
 from .base import StoreBase
 
 _TERMINAL = sorted(TERMINAL_STATUSES)  # as in the partial indexes' predicate (SQLite matches it as written)
@@ -148,10 +148,8 @@ class RetentionMixin(StoreBase):
         return holds
 
     def _delete_runs(self, ids: list[uuid.UUID]) -> None:
-        """Delete the runs ``ids`` (locked by the caller, their children too) and their rows."""
-        runs = WorkflowRun.objects.using(self.alias)
-        runs.filter(parent_id__in=ids).update(parent=None)
-        for model in (Step, Timer, Signal, Update):
-            model.objects.using(self.alias).filter(run_id__in=ids).delete()
-        # Through the ORM, so a project's own models that point at runs get their on_delete.
-        runs.filter(pk__in=ids).only("pk").delete()
+        """Delete the runs ``ids`` (locked by the caller, their children too): the ORM's
+        delete clears the children's parent link, deletes the steps, timers, signals and
+        updates (one statement each) and applies the ``on_delete`` of a project's own
+        models that point at runs."""
+        WorkflowRun.objects.using(self.alias).filter(pk__in=ids).only("pk").delete()

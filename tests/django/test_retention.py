@@ -405,7 +405,8 @@ def test_gc_never_locks_a_live_run_and_holds_a_kept_parent_for_at_most_a_batch()
     finally:
         stop.set()
         prober.join(30)
-    assert report.purged_total == 3000 and report.kept == {"live child": 20}
+    # A parent the probe holds at that moment is skipped (SKIP LOCKED), not counted as kept.
+    assert report.purged_total == 3000 and set(report.kept) == {"live child"} and report.kept.total() <= 20
     assert len(report.batches) >= 30
     assert refused == []
     assert parent_waits, "the probe never ran"
