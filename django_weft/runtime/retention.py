@@ -95,14 +95,16 @@ def purge_expired(
     *,
     batch: int | None = None,
     limit: int | None = None,
+    max_batches: int | None = None,
     dry_run: bool = False,
     now: datetime | None = None,
     on_batch: Callable[[GcBatch], None] | None = None,
 ) -> GcReport:
     """Delete the terminal runs past their retention, with their steps, timers, signals
     and updates, ``batch`` runs per transaction (default ``WEFT_TICK_BATCH``), until none
-    is due or ``limit`` runs were deleted. ``now`` (default: the database clock) is the
-    moment the periods are counted back from; ``on_batch`` is called after each batch.
+    is due, ``limit`` runs were deleted or ``max_batches`` batches were read. ``now``
+    (default: the database clock) is the moment the periods are counted back from;
+    ``on_batch`` is called after each batch.
 
     Never deleted: a live run (only terminal ones are read), a run whose parent or one of
     whose children is live, a run whose finalizer has yet to run. Those are counted as
@@ -119,6 +121,8 @@ def purge_expired(
     scans = [RetentionScan(due) for due in retention_ranges(now or store.db_now())]
     report = GcReport(dry_run=dry_run)
     while not all(scan.done for scan in scans):
+        if max_batches is not None and len(report.batches) >= max_batches:
+            break
         room = size if limit is None else min(size, limit - report.purged_total)
         if room <= 0:
             break

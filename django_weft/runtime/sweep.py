@@ -37,9 +37,10 @@ class TickReport:
 _last_purge = [0.0]
 PURGE_EVERY = 60.0
 """Seconds between the retention passes of one process's sweep."""
-PURGE_LIMIT_BATCHES = 10
-"""A sweep's retention pass deletes at most this many batches (``WEFT_TICK_BATCH`` runs
-each), so it never holds up the timers and dispatches of the next ticks for long;
+PURGE_MAX_BATCHES = 10
+"""A sweep's retention pass reads at most this many batches (``WEFT_TICK_BATCH`` runs
+each, deleted or kept), so it never holds up the timers and dispatches of the next
+ticks for long;
 ``manage.py weft_gc`` and the Celery task ``django_weft.gc`` have no such limit."""
 
 
@@ -87,5 +88,5 @@ def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None
         report.taken_over = expired
     if time.monotonic() - _last_purge[0] > PURGE_EVERY:
         _last_purge[0] = time.monotonic()
-        report.purged = purge_expired(batch=batch, limit=PURGE_LIMIT_BATCHES * batch).purged_total
+        report.purged = purge_expired(batch=batch, max_batches=PURGE_MAX_BATCHES).purged_total
     return report

@@ -166,14 +166,16 @@ def test_steps_timers_signals_and_updates_go_with_their_run() -> None:
 
 
 @override_settings(WEFT_RETENTION="1d")
-def test_batches_a_limit_and_kept_runs_that_do_not_stall_the_scan() -> None:
+def test_batches_limits_and_kept_runs_that_do_not_stall_the_scan() -> None:
     parents = [make_run("completed", 10) for _ in range(5)]  # the oldest: read first
     for parent in parents:
         make_run("waiting", 1, parent=parent)
-    due = [make_run("completed", 5) for _ in range(7)]
+    due = [make_run("completed", 5) for _ in range(8)]
     limited = purge_expired(batch=3, limit=4)
     assert limited.purged_total == 4
     assert [b.purged.total() + b.kept.total() for b in limited.batches] == [3, 3, 3]
+    capped = purge_expired(batch=3, max_batches=2)
+    assert (len(capped.batches), capped.purged_total, capped.kept.total()) == (2, 1, 5)
     report = purge_expired(batch=3)
     assert report.purged_total == 3 and report.kept.total() == 5
     assert [b.line() for b in report.batches] == [
@@ -181,7 +183,7 @@ def test_batches_a_limit_and_kept_runs_that_do_not_stall_the_scan() -> None:
         "purged 1 completed; kept 2 (2 live child)",
         "purged 2 completed; kept 0",
     ]
-    assert exists(*due) == [False] * 7 and exists(*parents) == [True] * 5
+    assert exists(*due) == [False] * 8 and exists(*parents) == [True] * 5
 
 
 @override_settings(WEFT_RETENTION={"completed": "1d", "failed": "3d"})
@@ -236,15 +238,16 @@ def test_weft_gc_refuses_a_bad_batch_or_limit(option: list[str]) -> None:
         call_command("weft_gc", *option)
 
 
-@override_settings(WEFT_RETENTION="1d")
-def test_the_sweep_purges_at_most_once_a_minute_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+@override_settings(WEFT_RETENTION="1d", WEFT_TICK_BATCH=2)
+def test_the_sweep_purges_at_most_once_a_minute_per_process_and_a_few_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(sweep_module, "_last_purge", [0.0])
-    first, second = make_run("completed", 2), make_run("completed", 2)
-    WorkflowRun.objects.filter(pk=second.pk).update(updated_at=db_now())  # not due yet
-    assert tick().purged == 1
-    WorkflowRun.objects.filter(pk=second.pk).update(updated_at=db_now() - timedelta(days=2))
+    monkeypatch.setattr(sweep_module, "PURGE_MAX_BATCHES", 2)
+    due = [make_run("completed", 2 + n) for n in range(5)]
+    assert tick().purged == 4  # two batches of two
     assert tick().purged == 0  # the next pass is a minute later
-    assert exists(first, second) == [False, True]
+    assert exists(*due) == [True] + [False] * 4
 
 
 @override_settings(WEFT_RETENTION="1d")
