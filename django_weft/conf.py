@@ -6,7 +6,6 @@ each setting.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
@@ -14,6 +13,8 @@ from django.conf import settings as django_settings
 
 from .engine.durations import parse_duration
 from .engine.executor import EngineConfig
+from .engine.records import RunStatus
+from .engine.retention import DEFAULT_RETENTION, parse_retention
 from .engine.retry import RetryPolicy
 
 DEFAULTS: dict[str, Any] = {
@@ -32,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "WEFT_API_MAX_WAIT": 30.0,
     "WEFT_API_MAX_BODY_BYTES": None,  # None: WEFT_MAX_PAYLOAD_BYTES plus 64 KiB of envelope
     "WEFT_DATABASE_ALIAS": "default",
-    "WEFT_RETENTION": None,
+    "WEFT_RETENTION": DEFAULT_RETENTION,
     "WEFT_DEFAULT_RETRY_POLICY": None,
     "WEFT_RETRY_INLINE_MAX_DELAY": 2.0,
     "WEFT_PREPARE_STATEMENTS": True,
@@ -118,11 +119,9 @@ class WeftSettings:
         return self._get("WEFT_DATABASE_ALIAS")
 
     @property
-    def RETENTION(self) -> timedelta | None:
-        value = self._get("WEFT_RETENTION")
-        if value is None:
-            return None
-        return timedelta(seconds=parse_duration(value, what="WEFT_RETENTION"))
+    def RETENTION(self) -> dict[RunStatus, float | None]:
+        """Seconds a terminal run of each status is kept (``None``: forever)."""
+        return parse_retention(self._get("WEFT_RETENTION"))
 
     @property
     def DEFAULT_RETRY_POLICY(self) -> RetryPolicy:

@@ -12,6 +12,7 @@ from .declared_schedules import DeclaredSchedule
 from .durations import Duration, parse_duration
 from .errors import ConfigurationError, DuplicateRegistration, WorkflowArgumentsError, WorkflowNotRegistered
 from .ports import get_starter
+from .retention import RetentionValue, parse_override
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ class Workflow(Generic[P, R]):
     parameters: inspect.Signature | None = field(default=None, repr=False)
     schedules: tuple[DeclaredSchedule, ...] = ()
     """Schedules declared with the workflow (created by ``manage.py weft_schedules sync``)."""
+    retention: dict[str, float | None] = field(default_factory=dict)
+    """Its own retention periods in seconds, by terminal status or ``"default"``
+    (:func:`~django_weft.engine.retention.parse_override`); empty: ``WEFT_RETENTION``'s."""
 
     def __call__(self, ctx: WorkflowContext, *args: Any, **kwargs: Any) -> R:
         return self.fn(ctx, *args, **kwargs)
@@ -154,6 +158,7 @@ def workflow(
     version: str = "",
     finalizer: Activity[..., Any] | None = None,
     schedules: Sequence[DeclaredSchedule] = (),
+    retention: RetentionValue = None,
 ) -> Any:
     """Register a workflow function ``fn(ctx, *args, **kwargs)``.
 
@@ -161,6 +166,10 @@ def workflow(
     name defaults to ``module.qualname``; pick an explicit one so renaming or moving the
     function does not orphan running workflows. ``schedules`` declares recurring starts
     (:func:`django_weft.schedule`), created by ``manage.py weft_schedules sync``.
+    ``retention`` keeps this workflow's finished runs for another period than
+    ``WEFT_RETENTION``: a duration, or a dict by terminal status such as
+    ``{"completed": "1d", "failed": "1y"}`` (``"default"`` for the statuses it does not
+    name, ``None`` to keep forever); statuses it leaves out follow the setting.
     """
     declared = tuple(schedules)
     for item in declared:
@@ -170,15 +179,17 @@ def workflow(
     def decorate(func: Callable[..., R]) -> Workflow[..., R]:
         if not callable(func):
             raise ConfigurationError(f"@workflow decorates a function; got {func!r}")
+        wf_name = _check_name(name or _qualified_name(func), "workflow")
         wf: Workflow[..., R] = Workflow(
             fn=func,
-            name=_check_name(name or _qualified_name(func), "workflow"),
+            name=wf_name,
             version=version,
             finalizer=finalizer,
             # The function as called: a decorator's wrapper may take other arguments than
             # the function it wraps (functools.wraps sets __wrapped__).
             parameters=inspect.signature(func, follow_wrapped=False),
             schedules=declared,
+            retention=parse_override(retention, what=f"the retention of workflow {wf_name!r}"),
         )
         wf.__doc__ = func.__doc__
         registry.add_workflow(wf)

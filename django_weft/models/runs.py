@@ -129,10 +129,19 @@ class WorkflowRun(models.Model):
                 condition=Q(owner_id__isnull=False),
                 name="weft_run_owned_lease",
             ),
+            # Terminal runs by status and last change: retention reads each status's due
+            # runs as one range (status = s AND updated_at < cutoff, oldest first), so it
+            # costs what is due; the finished-runs chart reads the recent end.
             models.Index(
-                fields=["updated_at"],
+                fields=["status", "updated_at"],
                 condition=Q(status__in=sorted(TERMINAL_STATUSES)),
                 name="weft_run_terminal_updated",
+            ),
+            # The same per workflow, for workflows with their own retention period.
+            models.Index(
+                fields=["workflow_name", "status", "updated_at"],
+                condition=Q(status__in=sorted(TERMINAL_STATUSES)),
+                name="weft_run_terminal_name",
             ),
         ]
 

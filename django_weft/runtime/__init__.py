@@ -5,8 +5,9 @@ call these functions; the runtime writes no rows itself (the store does). One mo
 concern: :mod:`.process` (this process's engine and store, the on-commit doorbell),
 :mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
 suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
-:mod:`.sweep` (``tick``), :mod:`.schedules`, :mod:`.reading`, :mod:`.bulk` (a lifecycle
-operation on many runs); and :mod:`.dispatch`, :mod:`.heartbeat`, :mod:`.validation`.
+:mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
+:mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs); and :mod:`.dispatch`,
+:mod:`.heartbeat`, :mod:`.validation`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .reading import (
     status_report,
 )
 from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
+from .retention import GcBatch, GcReport, purge_expired
 from .schedules import (
     ScheduleDescription,
     SyncReport,
@@ -71,6 +73,8 @@ __all__ = [
     "BulkOutcome",
     "BulkRun",
     "FinishedPerMinute",
+    "GcBatch",
+    "GcReport",
     "HistoryEntry",
     "InProcessWorker",
     "Latest",
@@ -109,6 +113,7 @@ __all__ = [
     "history",
     "list_schedules",
     "pause_schedule",
+    "purge_expired",
     "query",
     "read_history",
     "read_run",

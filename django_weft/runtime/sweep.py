@@ -10,6 +10,7 @@ from ..conf import weft_settings
 from ..engine.ports import Dispatcher
 from .dispatch import delivers, get_dispatcher
 from .process import get_store
+from .retention import purge_expired
 from .schedules import fire_due_schedules
 from .worker import dispatch_finalizer
 
@@ -21,6 +22,7 @@ class TickReport:
     fired: int = 0
     dispatched: int = 0
     purged: int = 0
+    """Terminal runs deleted by retention (a pass at most once a minute per process)."""
     run_ids: list[str] = field(default_factory=list)
     taken_over: list[str] = field(default_factory=list)
     """The dispatched runs whose owner's lease had expired (its worker died or stalled)."""
@@ -33,6 +35,13 @@ class TickReport:
 
 
 _last_purge = [0.0]
+PURGE_EVERY = 60.0
+"""Seconds between the retention passes of one process's sweep."""
+PURGE_MAX_BATCHES = 10
+"""A sweep's retention pass reads at most this many batches (``WEFT_TICK_BATCH`` runs
+each, deleted or kept), so it never holds up the timers and dispatches of the next
+ticks for long;
+``manage.py weft_gc`` and the Celery task ``django_weft.gc`` have no such limit."""
 
 
 def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None = None) -> TickReport:
@@ -77,8 +86,7 @@ def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None
         report.dispatched = len(ids)
         report.run_ids = ids
         report.taken_over = expired
-    retention = weft_settings.RETENTION
-    if retention is not None and time.monotonic() - _last_purge[0] > 60:
+    if time.monotonic() - _last_purge[0] > PURGE_EVERY:
         _last_purge[0] = time.monotonic()
-        report.purged = store.purge_terminal_before(store.db_now() - retention, batch)
+        report.purged = purge_expired(batch=batch, max_batches=PURGE_MAX_BATCHES).purged_total
     return report

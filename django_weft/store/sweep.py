@@ -1,17 +1,16 @@
 """The sweep (``tick``): due timers, runnable runs and expired leases nobody dispatched,
-orphaned children and parents left waiting, retention. Rows are taken with
+orphaned children and parents left waiting (retention is :mod:`.retention`). Rows are taken with
 ``select_for_update(skip_locked=True)``, so several sweepers share the work."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, F, Q, Value
 
-from ..engine.finalizers import UNFINISHED_FINALIZER_STATUSES
 from ..engine.records import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -20,7 +19,7 @@ from ..engine.records import (
     StepStatus,
     TimerKind,
 )
-from ..models import Timer, WorkflowRun
+from ..models import Timer
 from .attempts import AttemptsMixin
 from .children import ChildrenMixin
 
@@ -191,24 +190,3 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
         for parent in orphans:
             cancelled += self.close_children(str(parent), f"its parent run {parent} closed")
         return cancelled
-
-    def purge_terminal_before(self, cutoff: datetime, batch: int) -> int:
-        """Delete up to ``batch`` terminal runs last updated before ``cutoff``."""
-        with transaction.atomic(using=self.alias):
-            # Not a run whose finalizer has yet to run, nor a parent of live children: a
-            # child finishing locks its row, then its parent's; purging it here would lock
-            # the parent, then the child (the wrong order).
-            ids = list(
-                self._runs()
-                .terminal()
-                .filter(updated_at__lt=cutoff)
-                .exclude(finalizer__status__in=sorted(UNFINISHED_FINALIZER_STATUSES))
-                .exclude(children__status__in=list(ACTIVE_STATUSES))
-                .select_for_update(skip_locked=True, of=("self",))
-                .values_list("pk", flat=True)[:batch]
-            )
-            if not ids:
-                return 0
-            WorkflowRun.objects.using(self.alias).filter(parent_id__in=ids).update(parent=None)
-            self._runs().filter(pk__in=ids).delete()
-        return len(ids)

@@ -8,7 +8,7 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_weft.conf import weft_settings
-from django_weft.contrib.celery import TICK_TASK, beat_schedule
+from django_weft.contrib.celery import GC_TASK, TICK_TASK, beat_schedule
 from django_weft.contrib.celery.dispatch import CeleryDispatcher
 
 
@@ -22,11 +22,12 @@ def test_with_the_contrib_app_installed_the_default_dispatcher_is_celerys() -> N
         assert weft_settings.DISPATCHER == "django_weft.dispatch.SweepOnlyDispatcher"
 
 
-def test_beat_schedule_runs_the_tick_every_tick_interval_and_lets_ticks_expire() -> None:
+def test_beat_schedule_runs_the_tick_every_tick_interval_and_gc_every_5_minutes() -> None:
     with override_settings(WEFT_TICK_INTERVAL="2s", WEFT_CELERY_QUEUE="weft"):
         entries = beat_schedule()
     assert entries == {
-        TICK_TASK: {"task": TICK_TASK, "schedule": 2.0, "options": {"expires": 10.0, "queue": "weft"}}
+        TICK_TASK: {"task": TICK_TASK, "schedule": 2.0, "options": {"expires": 10.0, "queue": "weft"}},
+        GC_TASK: {"task": GC_TASK, "schedule": 300.0, "options": {"expires": 300.0, "queue": "weft"}},
     }
 
 

@@ -44,6 +44,9 @@ def test_default_test_settings_pass_the_checks() -> None:
         ({"WEFT_TICK_BATCH": 0}, "django_weft.E008"),
         ({"WEFT_MAX_PAYLOAD_BYTES": "big"}, "django_weft.E009"),
         ({"WEFT_RETENTION": "a while"}, "django_weft.E010"),
+        ({"WEFT_RETENTION": {"running": "1d"}}, "django_weft.E010"),
+        ({"WEFT_RETENTION": {"failed": "a while"}}, "django_weft.E010"),
+        ({"WEFT_RETENTION": ["30d"]}, "django_weft.E010"),
         ({"WEFT_DEFAULT_RETRY_POLICY": {"max_attempts": 0}}, "django_weft.E011"),
         ({"WEFT_DISPATCHER": "nowhere.Dispatcher"}, "django_weft.E012"),
         ({"WEFT_DATABASE_ALIAS": "other"}, "django_weft.E013"),
@@ -60,6 +63,18 @@ def test_default_test_settings_pass_the_checks() -> None:
 @pytest.mark.django_db
 def test_bad_settings_are_reported(settings: dict[str, object], check_id: str) -> None:
     assert check_id in ids(**settings)
+
+
+@pytest.mark.django_db
+def test_a_bad_retention_says_what_to_fix() -> None:
+    with override_settings(WEFT_RETENTION={"completed": "7d", "waiting": "1d"}):
+        (error,) = [message for message in run_checks() if message.id == "django_weft.E010"]
+    assert error.msg == (
+        "WEFT_RETENTION is invalid: WEFT_RETENTION has the key 'waiting', which is not a terminal "
+        "status (only finished runs are deleted); use completed, failed, cancelled, timed_out, "
+        "continued or 'default'"
+    )
+    assert error.hint == "See docs/reference/settings.md#weft_retention"
 
 
 @pytest.mark.django_db(transaction=True)

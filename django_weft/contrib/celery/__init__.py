@@ -27,19 +27,29 @@ from typing import Any
 TICK_TASK = "django_weft.tick"
 TURN_TASK = "django_weft.run_turn"
 ACTIVITY_TASK = "django_weft.run_activity"
+GC_TASK = "django_weft.gc"
+
+GC_INTERVAL = 300.0
+"""Seconds between the beat's retention runs (``django_weft.gc``)."""
 
 
 def beat_schedule() -> dict[str, dict[str, Any]]:
     """The beat entries to merge into ``app.conf.beat_schedule``: the sweep (``tick``)
-    every ``WEFT_TICK_INTERVAL`` seconds.
+    every ``WEFT_TICK_INTERVAL`` seconds, and retention (``gc``: delete the terminal runs
+    past their retention, every due one) every ``GC_INTERVAL`` seconds.
 
-    A tick message expires after a few intervals, so ticks do not pile up in the broker
-    while no worker runs; the next one does the same work. Several beats may run at once
-    (the sweep locks rows with ``SKIP LOCKED``, so nothing fires twice)."""
+    A message expires after a few intervals of its entry (a gc one after one), so they do
+    not pile up in the broker while no worker runs; the next one does the same work.
+    Several beats may run at once (the sweep and retention lock rows with ``SKIP LOCKED``,
+    so nothing fires or is deleted twice)."""
     from ...conf import weft_settings
 
     interval = weft_settings.TICK_INTERVAL
     options: dict[str, Any] = {"expires": max(interval * 5, 5.0)}
+    gc_options: dict[str, Any] = {"expires": GC_INTERVAL}
     if weft_settings.CELERY_QUEUE:
-        options["queue"] = weft_settings.CELERY_QUEUE
-    return {TICK_TASK: {"task": TICK_TASK, "schedule": interval, "options": options}}
+        options["queue"] = gc_options["queue"] = weft_settings.CELERY_QUEUE
+    return {
+        TICK_TASK: {"task": TICK_TASK, "schedule": interval, "options": options},
+        GC_TASK: {"task": GC_TASK, "schedule": GC_INTERVAL, "options": gc_options},
+    }

@@ -16,7 +16,7 @@ from celery import shared_task
 from ... import runtime
 from ...conf import weft_settings
 from ...runtime.heartbeat import ensure_heartbeat
-from . import ACTIVITY_TASK, TICK_TASK, TURN_TASK
+from . import ACTIVITY_TASK, GC_TASK, TICK_TASK, TURN_TASK
 
 logger = logging.getLogger("django_weft.celery")
 
@@ -62,3 +62,14 @@ def tick() -> dict[str, int]:
             outcome = runtime.run_turn(run_id)
             logger.info("tick: took over run %s (%s)", run_id, outcome)
     return {"fired": report.fired, "dispatched": report.dispatched, "purged": report.purged}
+
+
+@shared_task(name=GC_TASK, ignore_result=True, serializer="json")
+def gc() -> dict[str, int]:
+    """Retention: delete every terminal run past its retention, ``WEFT_TICK_BATCH`` runs
+    per transaction (``runtime.purge_expired``). The beat sends it every ``GC_INTERVAL``;
+    two at once share the work (``SKIP LOCKED``)."""
+    report = runtime.purge_expired()
+    if report.batches:
+        logger.info("gc: %s", report.summary())
+    return {"purged": report.purged_total, "kept": report.kept.total()}
