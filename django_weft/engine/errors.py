@@ -82,6 +82,15 @@ class ScheduleAlreadyExists(WeftError):
     """A schedule with that id exists already (update it, or delete it first)."""
 
 
+class ScheduleManaged(WeftError):
+    """The schedule is declared in code (``@workflow(schedules=[...])``): what its
+    declaration sets changes there, and ``manage.py weft_schedules sync`` applies it.
+    ``declared`` lists the options a caller tried to change by hand."""
+
+    schedule_id: str
+    declared: list[str]
+
+
 class WorkflowTerminalError(WeftError):
     """The operation needs a non-terminal run, but the run has finished."""
 

@@ -55,32 +55,41 @@ expression matching only times that never exist, say); far beyond any real gap."
 
 
 class InvalidSchedule(InvalidInput):
-    """A schedule's spec or options are not usable; the message says what to fix."""
+    """A schedule's spec or options are not usable; the message says what to fix, and
+    ``field`` names the option at fault (``"cron"``, ``"every"``, ``"start_at"``...)."""
+
+    field: str | None = None
 
 
 def _seconds(value: Duration, what: str) -> float:
     try:
         return parse_duration(value, what=what)
     except InvalidDuration as exc:
-        raise InvalidSchedule(str(exc)) from None
+        raise InvalidSchedule(str(exc), field=what) from None
 
 
 def _aware_utc(value: datetime, what: str) -> datetime:
     if not isinstance(value, datetime):
-        raise InvalidSchedule(f"{what} must be a datetime; got {type(value).__name__}")
+        raise InvalidSchedule(f"{what} must be a datetime; got {type(value).__name__}", field=what)
     if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidSchedule(f"{what} must be timezone-aware (e.g. datetime(..., tzinfo=UTC)); got {value}")
+        raise InvalidSchedule(
+            f"{what} must be timezone-aware (e.g. datetime(..., tzinfo=UTC)); got {value}", field=what
+        )
     return value.astimezone(UTC)
 
 
 def _zone(name: str) -> ZoneInfo:
     if not isinstance(name, str) or not name.strip():
-        raise InvalidSchedule(f"timezone must be an IANA time zone name such as 'Europe/Oslo'; got {name!r}")
+        raise InvalidSchedule(
+            f"timezone must be an IANA time zone name such as 'Europe/Oslo'; got {name!r}", field="timezone"
+        )
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise InvalidSchedule(
-            f"unknown time zone {name!r}; use an IANA name such as 'UTC', 'Europe/Oslo' or 'America/New_York'"
+            f"unknown time zone {name!r}; use an IANA name such as 'UTC', 'Europe/Oslo' or "
+            "'America/New_York'",
+            field="timezone",
         ) from None
 
 
@@ -91,26 +100,29 @@ def normalize_cron(expression: str) -> tuple[str, bool]:
     fields, for unsupported aliases (``@reboot``) and for a 7th (year) field."""
     if not isinstance(expression, str):
         raise InvalidSchedule(
-            f"cron must be a string such as '0 9 * * mon-fri'; got {type(expression).__name__}"
+            f"cron must be a string such as '0 9 * * mon-fri'; got {type(expression).__name__}",
+            field="cron",
         )
     text = " ".join(expression.split())
     if text.startswith("@"):
         if text.lower() not in ALIASES:
             raise InvalidSchedule(
-                f"unsupported cron alias {text!r}; use one of {', '.join(sorted(ALIASES))} or 5 fields"
+                f"unsupported cron alias {text!r}; use one of {', '.join(sorted(ALIASES))} or 5 fields",
+                field="cron",
             )
         return ALIASES[text.lower()], False
     fields = text.split(" ") if text else []
     if len(fields) not in (5, 6):
         raise InvalidSchedule(
             f"cron {expression!r} has {len(fields)} field(s); give 5 (minute hour day month weekday) "
-            "or 6 with a leading seconds field"
+            "or 6 with a leading seconds field",
+            field="cron",
         )
     seconds = len(fields) == 6
     try:
         croniter(text, datetime(2000, 1, 1), second_at_beginning=seconds)
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
-        raise InvalidSchedule(f"invalid cron expression {expression!r}: {exc}") from None
+        raise InvalidSchedule(f"invalid cron expression {expression!r}: {exc}", field="cron") from None
     return text, seconds
 
 
@@ -140,7 +152,9 @@ class ScheduleSpec:
     ) -> ScheduleSpec:
         """A checked spec; raises :class:`InvalidSchedule` saying what to fix."""
         if (cron is None) == (every is None):
-            raise InvalidSchedule("give exactly one of cron= (an expression) or every= (an interval)")
+            raise InvalidSchedule(
+                "give exactly one of cron= (an expression) or every= (an interval)", field="cron"
+            )
         zone_name = "UTC" if timezone is None else timezone
         _zone(zone_name)
         seconds_every: float | None = None
@@ -149,23 +163,29 @@ class ScheduleSpec:
             cron, _ = normalize_cron(cron)
             if offset is not None:
                 raise InvalidSchedule(
-                    "offset= applies to every= intervals; a cron expression sets the time itself"
+                    "offset= applies to every= intervals; a cron expression sets the time itself",
+                    field="offset",
                 )
         else:
             assert every is not None
             seconds_every = _seconds(every, "every")
             if seconds_every < MIN_INTERVAL:
-                raise InvalidSchedule(f"every must be at least {MIN_INTERVAL:g} second; got {every!r}")
+                raise InvalidSchedule(
+                    f"every must be at least {MIN_INTERVAL:g} second; got {every!r}", field="every"
+                )
             if offset is not None:
                 seconds_offset = _seconds(offset, "offset")
                 if seconds_offset >= seconds_every:
                     raise InvalidSchedule(
-                        f"offset ({offset!r}) must be shorter than the interval ({every!r})"
+                        f"offset ({offset!r}) must be shorter than the interval ({every!r})",
+                        field="offset",
                     )
         start = _aware_utc(start_at, "start_at") if start_at is not None else None
         end = _aware_utc(end_at, "end_at") if end_at is not None else None
         if start is not None and end is not None and end < start:
-            raise InvalidSchedule(f"end_at ({end.isoformat()}) is before start_at ({start.isoformat()})")
+            raise InvalidSchedule(
+                f"end_at ({end.isoformat()}) is before start_at ({start.isoformat()})", field="end_at"
+            )
         seconds_jitter = _seconds(jitter, "jitter") if jitter is not None else 0.0
         spec = cls(
             cron=cron,
@@ -176,12 +196,8 @@ class ScheduleSpec:
             end_at=end,
             jitter=seconds_jitter,
         )
-        if (
-            cron is not None
-            and spec._next_cron(start or datetime(2000, 1, 1, tzinfo=UTC)) is None
-            and end is None
-        ):
-            raise InvalidSchedule(f"cron {cron!r} never matches a date (e.g. 30 February)")
+        if cron is not None and end is None and spec._never_fires(start):
+            raise InvalidSchedule(f"cron {cron!r} never matches a date (e.g. 30 February)", field="cron")
         return spec
 
     # -- fire times -----------------------------------------------------------------------
@@ -191,8 +207,13 @@ class ScheduleSpec:
         schedule has ended (past ``end_at``, or a cron that matches no later date)."""
         after = _aware_utc(after, "after")
         if self.start_at is not None and after < self.start_at:
-            after = self.start_at - timedelta(microseconds=1)
-        found = self._next_cron(after) if self.cron is not None else self._next_interval(after)
+            after = _just_before(self.start_at)
+        try:
+            found = self._next_cron(after) if self.cron is not None else self._next_interval(after)
+        except (OverflowError, ValueError):
+            # Past year 9999 (in UTC or in the zone's wall clock): no time a datetime can
+            # hold, so for this schedule there is none.
+            return None
         if found is None or (self.end_at is not None and found > self.end_at):
             return None
         return found
@@ -210,7 +231,7 @@ class ScheduleSpec:
     def between(self, start: datetime, end: datetime) -> Iterator[datetime]:
         """Every fire time ``t`` with ``start <= t <= end``, oldest first."""
         end = _aware_utc(end, "end")
-        moment: datetime | None = _aware_utc(start, "start") - timedelta(microseconds=1)
+        moment: datetime | None = _just_before(_aware_utc(start, "start"))
         while True:
             moment = self.next_after(moment) if moment is not None else None
             if moment is None or moment > end:
@@ -235,6 +256,13 @@ class ScheduleSpec:
         return f"{text} at +{_seconds_text(self.offset)}" if self.offset else text
 
     # -- internals ------------------------------------------------------------------------
+
+    def _never_fires(self, start: datetime | None) -> bool:
+        """Whether the cron expression matches no date from ``start`` on (30 February)."""
+        try:
+            return self._next_cron(start or datetime(2000, 1, 1, tzinfo=UTC)) is None
+        except (OverflowError, ValueError):
+            return False  # it matched; the next match is past year 9999
 
     def _next_interval(self, after: datetime) -> datetime:
         assert self.every is not None
@@ -266,6 +294,14 @@ class ScheduleSpec:
             if instant is not None and instant > after:
                 return instant
         return None
+
+
+def _just_before(moment: datetime) -> datetime:
+    """The instant a microsecond earlier (the earliest datetime itself, which has none)."""
+    try:
+        return moment - timedelta(microseconds=1)
+    except OverflowError:
+        return moment
 
 
 def _existing_instant(local: datetime, zone: ZoneInfo) -> datetime | None:

@@ -14,16 +14,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
 
+from ..conf import weft_settings
 from ..engine import codec, faults
 from ..engine.durations import Duration, parse_duration
-from ..engine.errors import InvalidDuration, WeftError
+from ..engine.errors import InvalidDuration, PayloadError, ScheduleManaged, WeftError
 from ..engine.records import TERMINAL_STATUSES
 from ..engine.registry import registry
 from ..engine.schedule_firing import (
@@ -49,6 +50,9 @@ SCHEDULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*")
 DEFAULT_CATCHUP_WINDOW = 60.0
 BACKFILL_LIMIT = 10_000
 """The most scheduled times one backfill call fires."""
+OPERATOR_OPTIONS = frozenset({"note"})
+"""What :func:`update_schedule` changes on a schedule declared in code even with
+``refuse_managed``: its declaration sets everything else (pausing is separate)."""
 
 
 # -- checking input ------------------------------------------------------------------------
@@ -58,11 +62,13 @@ def _check_id(schedule_id: Any) -> str:
     if not isinstance(schedule_id, str) or not SCHEDULE_ID.fullmatch(schedule_id):
         raise InvalidSchedule(
             "a schedule id is letters, digits, '-' and '_', starting with a letter or digit; "
-            f"got {schedule_id!r}"
+            f"got {schedule_id!r}",
+            field="id",
         )
     if len(schedule_id) > SCHEDULE_ID_MAX_LENGTH:
         raise InvalidSchedule(
-            f"a schedule id is at most {SCHEDULE_ID_MAX_LENGTH} characters; got {len(schedule_id)}"
+            f"a schedule id is at most {SCHEDULE_ID_MAX_LENGTH} characters; got {len(schedule_id)}",
+            field="id",
         )
     return schedule_id
 
@@ -72,14 +78,14 @@ def _check_overlap(overlap: Any) -> str:
         return OverlapPolicy(overlap).value
     except ValueError:
         choices = ", ".join(policy.value for policy in OverlapPolicy)
-        raise InvalidSchedule(f"overlap must be one of {choices}; got {overlap!r}") from None
+        raise InvalidSchedule(f"overlap must be one of {choices}; got {overlap!r}", field="overlap") from None
 
 
 def _check_window(value: Duration) -> float:
     try:
         return parse_duration(value, what="catchup_window")
     except InvalidDuration as exc:
-        raise InvalidSchedule(str(exc)) from None
+        raise InvalidSchedule(str(exc), field="catchup_window") from None
 
 
 def _check_start(workflow: Any, args: Any, kwargs: Any, search_attributes: Any) -> dict[str, Any]:
@@ -89,26 +95,43 @@ def _check_start(workflow: Any, args: Any, kwargs: Any, search_attributes: Any) 
     args = [] if args is None else args
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(args, list | tuple):
-        raise InvalidSchedule(f"args must be a list; got {type(args).__name__}")
+        raise InvalidSchedule(f"args must be a list; got {type(args).__name__}", field="args")
     if not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs):
-        raise InvalidSchedule("kwargs must be a dict with string keys")
+        raise InvalidSchedule("kwargs must be a dict with string keys", field="kwargs")
     attributes = {} if search_attributes is None else search_attributes
     if not isinstance(attributes, dict):
-        raise InvalidSchedule("search_attributes must be a dict")
+        raise InvalidSchedule("search_attributes must be a dict", field="search_attributes")
     reserved = sorted(key for key in attributes if str(key).startswith("weft_"))
     if reserved:
         raise InvalidSchedule(
-            f"search attributes starting with 'weft_' are set by the schedule: {', '.join(reserved)}"
+            f"search attributes starting with 'weft_' are set by the schedule: {', '.join(reserved)}",
+            field="search_attributes",
         )
-    args_value = codec.loads(codec.dumps(list(args), what="args"))
-    kwargs_value = codec.loads(codec.dumps(kwargs, what="kwargs"))
+    args_value = _json(list(args), "args")
+    kwargs_value = _json(kwargs, "kwargs")
     definition.check_arguments(args_value, kwargs_value)
     return {
         "workflow_name": definition.name,
         "args": args_value,
         "kwargs": kwargs_value,
-        "search_attributes": codec.loads(codec.dumps(attributes, what="search_attributes")),
+        "search_attributes": _json(attributes, "search_attributes"),
     }
+
+
+def _json(value: Any, what: str) -> Any:
+    """The value as each fire's start will see it, within ``WEFT_MAX_PAYLOAD_BYTES``: a
+    schedule refuses at once what its runs would be refused."""
+    try:
+        return codec.loads(codec.dumps(value, what=what, limit=weft_settings.MAX_PAYLOAD_BYTES))
+    except PayloadError as exc:
+        raise InvalidSchedule(str(exc), field=what) from None
+
+
+def _check_note(note: Any) -> str:
+    if not isinstance(note, str):
+        raise InvalidSchedule(f"note must be a string; got {type(note).__name__}", field="note")
+    _json(note, "note")  # no NUL, no lone surrogate: text the database can store
+    return note
 
 
 def spec_of(schedule: Schedule) -> ScheduleSpec:
@@ -173,8 +196,7 @@ def create_schedule(
         jitter=jitter,
     )
     run_fields = _check_start(workflow, args, kwargs, search_attributes)
-    if not isinstance(note, str):
-        raise InvalidSchedule(f"note must be a string; got {type(note).__name__}")
+    note = _check_note(note)
     store = get_store()
     now = store.db_now()
     schedule = store.insert_schedule(
@@ -194,10 +216,14 @@ def create_schedule(
     return schedule
 
 
-def update_schedule(schedule_id: str, **changes: Any) -> Schedule:
+def update_schedule(schedule_id: str, *, refuse_managed: bool = False, **changes: Any) -> Schedule:
     """Change a schedule's spec, policies, workflow or input; takes effect from the next
     fire (a changed spec recomputes ``next_fire_at`` from now). Accepts the keyword
-    arguments of :func:`create_schedule` except the id; checks them all first."""
+    arguments of :func:`create_schedule` except the id; checks them all first.
+
+    With ``refuse_managed`` (the operators' surfaces: REST, admin), a schedule declared
+    in code refuses every change but its note with :class:`ScheduleManaged`, since the
+    next ``weft_schedules sync`` would put the declaration back."""
     allowed = {
         "workflow", "args", "kwargs", "cron", "every", "offset", "timezone", "overlap", "catchup_window",
         "jitter", "start_at", "end_at", "note", "search_attributes", "managed",
@@ -208,6 +234,10 @@ def update_schedule(schedule_id: str, **changes: Any) -> Schedule:
     store = get_store()
     with transaction.atomic(using=store.alias):
         schedule = store.lock_schedule(_check_id(schedule_id))
+        declared = sorted(set(changes) - OPERATOR_OPTIONS)
+        if refuse_managed and schedule.managed and declared:
+            remedy = f"change its {', '.join(declared)} there and run manage.py weft_schedules sync"
+            raise _managed(schedule, remedy, declared)
         fields: dict[str, Any] = {}
         spec_keys = {"cron", "every", "offset", "timezone", "start_at", "end_at", "jitter"}
         if spec_keys & set(changes):
@@ -240,9 +270,7 @@ def update_schedule(schedule_id: str, **changes: Any) -> Schedule:
         if "catchup_window" in changes:
             fields["catchup_window_seconds"] = _check_window(changes["catchup_window"])
         if "note" in changes:
-            if not isinstance(changes["note"], str):
-                raise InvalidSchedule("note must be a string")
-            fields["note"] = changes["note"]
+            fields["note"] = _check_note(changes["note"])
         if "managed" in changes:
             fields["managed"] = bool(changes["managed"])
         for name, value in fields.items():
@@ -256,8 +284,7 @@ def update_schedule(schedule_id: str, **changes: Any) -> Schedule:
 def pause_schedule(schedule_id: str, note: str = "") -> Schedule:
     """Stop firing until :func:`unpause_schedule`; times passing meanwhile do not fire
     (nor count as missed)."""
-    if not isinstance(note, str):
-        raise InvalidSchedule("note must be a string")
+    note = _check_note(note)
     store = get_store()
     with transaction.atomic(using=store.alias):
         schedule = store.lock_schedule(_check_id(schedule_id))
@@ -279,10 +306,27 @@ def unpause_schedule(schedule_id: str, note: str = "") -> Schedule:
     return schedule
 
 
-def delete_schedule(schedule_id: str) -> None:
-    """Delete the schedule; runs it started are kept."""
-    get_store().delete_schedule(_check_id(schedule_id))
+def delete_schedule(schedule_id: str, *, refuse_managed: bool = False) -> None:
+    """Delete the schedule; runs it started are kept. With ``refuse_managed``, a
+    schedule declared in code is not deleted (:class:`ScheduleManaged`): the next
+    ``weft_schedules sync`` would create it again."""
+    store = get_store()
+    with transaction.atomic(using=store.alias):
+        schedule = store.lock_schedule(_check_id(schedule_id))
+        if refuse_managed and schedule.managed:
+            remedy = "remove its declaration and run manage.py weft_schedules sync --prune"
+            raise _managed(schedule, remedy, [])
+        store.delete_schedule(schedule.pk)
     logger.info("schedule %s: deleted", schedule_id)
+
+
+def _managed(schedule: Schedule, remedy: str, declared: list[str]) -> ScheduleManaged:
+    return ScheduleManaged(
+        f"schedule {schedule.pk!r} is declared in code (@workflow(schedules=[...])): {remedy}; "
+        "by hand it can only be paused, unpaused, triggered, backfilled and given a note",
+        schedule_id=schedule.pk,
+        declared=declared,
+    )
 
 
 def trigger_schedule(schedule_id: str, *, overlap: str | None = None) -> dict[str, Any]:
@@ -311,10 +355,13 @@ def backfill_schedule(
         schedule = store.lock_schedule(_check_id(schedule_id))
         for moment, what in ((start, "start"), (end, "end")):
             if not isinstance(moment, datetime) or moment.tzinfo is None:
-                raise InvalidSchedule(f"backfill {what} must be a timezone-aware datetime; got {moment!r}")
+                raise InvalidSchedule(
+                    f"backfill {what} must be a timezone-aware datetime; got {moment!r}", field=what
+                )
         if end < start:
             raise InvalidSchedule(
-                f"backfill end ({end.isoformat()}) is before its start ({start.isoformat()})"
+                f"backfill end ({end.isoformat()}) is before its start ({start.isoformat()})",
+                field="end",
             )
         times = list(_limited(spec_of(schedule).between(start, end), BACKFILL_LIMIT))
         actions = _fire(schedule, times, store.db_now(), policy=policy, source="backfill")
@@ -325,41 +372,67 @@ def backfill_schedule(
 def _limited(times: Iterable[datetime], limit: int) -> Iterable[datetime]:
     for index, moment in enumerate(times):
         if index == limit:
-            raise InvalidSchedule(f"the backfill range holds more than {limit} scheduled times; split it")
+            raise InvalidSchedule(
+                f"the backfill range holds more than {limit} scheduled times; split it", field="end"
+            )
         yield moment
 
 
 @dataclass(frozen=True)
 class ScheduleDescription:
-    """What :meth:`ScheduleHandle.describe` returns."""
+    """What :meth:`ScheduleHandle.describe` returns: the schedule's options, its spec in
+    words, its next fire times, recent actions and counters. Durations are seconds."""
 
     id: str
     workflow: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    search_attributes: dict[str, Any]
+    cron: str | None
+    every: float | None
+    offset: float
+    timezone: str
+    start_at: datetime | None
+    end_at: datetime | None
+    jitter: float
     spec: str
     overlap: str
     catchup_window: float
     paused: bool
     note: str
     managed: bool
+    next_fire_at: datetime | None
     next_fire_times: list[datetime]
     recent_actions: list[dict[str, Any]]
     fired: int
     skipped: int
     missed: int
     last_missed_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
     buffered: list[str] = field(default_factory=list)
 
 
 def describe_schedule(schedule_id: str, *, next_count: int = 5) -> ScheduleDescription:
     """The schedule's next fire times, its recent actions (with each run's current
-    status as ``outcome`` where it started one) and its counters."""
-    store = get_store()
-    schedule = store.read_schedule(_check_id(schedule_id))
+    status as ``run_status`` where it started one) and its counters."""
+    schedule = get_store().read_schedule(_check_id(schedule_id))
+    return describe_schedules([schedule], next_count=next_count)[0]
+
+
+def describe_schedules(schedules: Sequence[Schedule], *, next_count: int = 5) -> list[ScheduleDescription]:
+    """:func:`describe_schedule` of rows already read (a page of a listing), with one
+    query for the statuses of all their recent runs."""
+    run_ids = [a["run_id"] for schedule in schedules for a in schedule.recent_actions if a.get("run_id")]
+    statuses = get_store().run_statuses(run_ids)
+    return [_description(schedule, statuses, next_count) for schedule in schedules]
+
+
+def _description(schedule: Schedule, statuses: dict[str, str], next_count: int) -> ScheduleDescription:
     spec = spec_of(schedule)
     upcoming: list[datetime] = []
-    if not schedule.paused and schedule.next_fire_at is not None:
-        upcoming = [schedule.next_fire_at, *spec.fire_times(schedule.next_fire_at, max(next_count - 1, 0))]
-    statuses = store.run_statuses([a["run_id"] for a in schedule.recent_actions if a.get("run_id")])
+    if not schedule.paused and schedule.next_fire_at is not None and next_count > 0:
+        upcoming = [schedule.next_fire_at, *spec.fire_times(schedule.next_fire_at, next_count - 1)]
     actions = [
         {**action, "run_status": statuses.get(action["run_id"])} if action.get("run_id") else dict(action)
         for action in schedule.recent_actions
@@ -367,18 +440,31 @@ def describe_schedule(schedule_id: str, *, next_count: int = 5) -> ScheduleDescr
     return ScheduleDescription(
         id=schedule.id,
         workflow=schedule.workflow_name,
+        args=list(schedule.args),
+        kwargs=dict(schedule.kwargs),
+        search_attributes=dict(schedule.search_attributes),
+        cron=spec.cron,
+        every=spec.every,
+        offset=spec.offset,
+        timezone=spec.timezone,
+        start_at=spec.start_at,
+        end_at=spec.end_at,
+        jitter=spec.jitter,
         spec=spec.describe(),
         overlap=schedule.overlap,
         catchup_window=schedule.catchup_window_seconds,
         paused=schedule.paused,
         note=schedule.note,
         managed=schedule.managed,
-        next_fire_times=upcoming[:next_count],
+        next_fire_at=schedule.next_fire_at,
+        next_fire_times=upcoming,
         recent_actions=actions,
         fired=schedule.fired_count,
         skipped=schedule.skipped_count,
         missed=schedule.missed_count,
         last_missed_at=schedule.last_missed_at,
+        created_at=schedule.created_at,
+        updated_at=schedule.updated_at,
         buffered=list(schedule.buffered),
     )
 

@@ -13,10 +13,12 @@ import pytest
 from django_weft import (
     InvalidSchedule,
     ScheduleAlreadyExists,
+    ScheduleManaged,
     ScheduleNotFound,
     WorkflowArgumentsError,
     WorkflowNotRegistered,
     client,
+    runtime,
 )
 from django_weft.models import Schedule, WorkflowRun
 from django_weft.runtime import fire_due_schedules, get_store
@@ -82,6 +84,24 @@ def test_bad_input_raises_and_writes_nothing(options: dict[str, Any], error: typ
     workflow = options.pop("workflow", "tests.echo")
     with pytest.raises(error):
         client.create_schedule("bad", workflow, **options)
+    assert not Schedule.objects.exists()
+
+
+def test_bad_input_names_the_option_at_fault() -> None:
+    for options, field in [
+        ({"every": 60, "note": "a\x00b"}, "note"),
+        ({"every": 60, "args": ["\ud800"]}, "args"),
+        ({"every": 60, "kwargs": {"x": "\x00"}}, "kwargs"),
+        ({"every": 60, "catchup_window": -1}, "catchup_window"),
+        ({"every": 60, "overlap": "never"}, "overlap"),
+        ({"cron": "nope"}, "cron"),
+    ]:
+        with pytest.raises(InvalidSchedule) as caught:
+            client.create_schedule("fields", "tests.echo", **options)
+        assert caught.value.field == field, options
+    with pytest.raises(InvalidSchedule) as caught:
+        client.create_schedule("has space", "tests.echo", every=60)
+    assert caught.value.field == "id"
     assert not Schedule.objects.exists()
 
 
@@ -295,3 +315,55 @@ def test_the_workflow_sees_its_schedule_and_scheduled_time() -> None:
     plain = client.start("tests.schedule_info")
     drive(plain.run_id)
     assert WorkflowRun.objects.get(pk=plain.run_id).result == {"schedule_id": None, "scheduled_at": None}
+
+
+def test_describe_gives_the_options_too() -> None:
+    client.create_schedule(
+        "options", "tests.echo", args=[1], kwargs={"k": 2}, cron="0 9 * * *", timezone="Europe/Oslo",
+        jitter="30s", start_at=datetime(2027, 1, 1, tzinfo=UTC), search_attributes={"team": "ops"},
+    )  # fmt: skip
+    described = client.get_schedule_handle("options").describe(next_count=2)
+    assert (described.args, described.kwargs, described.search_attributes) == ([1], {"k": 2}, {"team": "ops"})
+    assert (described.cron, described.every, described.offset) == ("0 9 * * *", None, 0.0)
+    assert (described.timezone, described.jitter, described.end_at) == ("Europe/Oslo", 30.0, None)
+    assert described.start_at == datetime(2027, 1, 1, tzinfo=UTC)
+    assert described.next_fire_at == described.next_fire_times[0] and len(described.next_fire_times) == 2
+    assert described.created_at <= described.updated_at
+    assert client.get_schedule_handle("options").describe(next_count=0).next_fire_times == []
+
+
+def test_describe_schedules_reads_the_statuses_of_all_their_runs_at_once(
+    django_assert_num_queries: Any,
+) -> None:
+    for name in ("one", "two", "three"):
+        client.create_schedule(name, "tests.echo", every="1h").trigger()
+    rows = list(Schedule.objects.order_by("pk"))
+    with django_assert_num_queries(1):
+        described = runtime.describe_schedules(rows)
+    assert [d.id for d in described] == ["one", "three", "two"]
+    assert all(d.recent_actions[0]["run_status"] for d in described)
+
+
+def test_operators_change_only_the_note_of_a_schedule_declared_in_code() -> None:
+    client.create_schedule("declared", "tests.echo", every="1h")
+    Schedule.objects.filter(pk="declared").update(managed=True)
+    before = Schedule.objects.get(pk="declared").updated_at
+    for changes in (
+        {"every": "2h"},
+        {"args": [1], "note": "x"},
+        {"workflow": "tests.sleepy"},
+        {"managed": False},
+    ):
+        with pytest.raises(ScheduleManaged) as caught:
+            runtime.update_schedule("declared", refuse_managed=True, **changes)
+        assert caught.value.declared == sorted(set(changes) - {"note"})
+        assert "weft_schedules sync" in str(caught.value)
+    with pytest.raises(ScheduleManaged):
+        runtime.delete_schedule("declared", refuse_managed=True)
+    assert Schedule.objects.get(pk="declared").updated_at == before  # nothing written
+    runtime.update_schedule("declared", refuse_managed=True, note="looked at it")
+    assert Schedule.objects.get(pk="declared").note == "looked at it"
+    runtime.update_schedule("declared", every="2h")  # code (the sync) may
+    assert Schedule.objects.get(pk="declared").every_seconds == 7200
+    runtime.delete_schedule("declared")
+    assert not Schedule.objects.exists()

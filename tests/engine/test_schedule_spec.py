@@ -164,28 +164,50 @@ def test_jitter_is_deterministic_and_bounded() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("options", "message", "field"),
     [
-        ({}, "exactly one of cron= "),
-        ({"cron": "* * * * *", "every": 60}, "exactly one of cron= "),
-        ({"cron": "61 * * * *"}, "invalid cron expression"),
-        ({"cron": "* * *"}, "has 3 field(s)"),
-        ({"cron": "0 0 0 1 1 * 2027"}, "has 7 field(s)"),
-        ({"cron": "@reboot"}, "unsupported cron alias"),
-        ({"cron": "0 0 30 2 *"}, "never matches a date"),
-        ({"cron": 5}, "cron must be a string"),
-        ({"cron": "* * * * *", "timezone": "Europe/Atlantis"}, "unknown time zone 'Europe/Atlantis'"),
-        ({"cron": "* * * * *", "timezone": ""}, "IANA time zone name"),
-        ({"cron": "* * * * *", "offset": "5m"}, "offset= applies to every="),
-        ({"every": "0.5s"}, "at least 1 second"),
-        ({"every": "1h", "offset": "2h"}, "shorter than the interval"),
-        ({"every": "soon"}, "every"),
-        ({"every": 60, "start_at": utc(2027, 1, 2), "end_at": utc(2027, 1, 1)}, "is before start_at"),
-        ({"every": 60, "start_at": datetime(2027, 1, 1)}, "must be timezone-aware"),
-        ({"every": 60, "jitter": -1}, "jitter"),
+        ({}, "exactly one of cron= ", "cron"),
+        ({"cron": "* * * * *", "every": 60}, "exactly one of cron= ", "cron"),
+        ({"cron": "61 * * * *"}, "invalid cron expression", "cron"),
+        ({"cron": "* * *"}, "has 3 field(s)", "cron"),
+        ({"cron": "0 0 0 1 1 * 2027"}, "has 7 field(s)", "cron"),
+        ({"cron": "@reboot"}, "unsupported cron alias", "cron"),
+        ({"cron": "0 0 30 2 *"}, "never matches a date", "cron"),
+        ({"cron": 5}, "cron must be a string", "cron"),
+        ({"cron": "* * * * *", "timezone": "Europe/Atlantis"}, "unknown time zone 'Europe/Atl", "timezone"),
+        ({"cron": "* * * * *", "timezone": ""}, "IANA time zone name", "timezone"),
+        ({"cron": "* * * * *", "offset": "5m"}, "offset= applies to every=", "offset"),
+        ({"every": "0.5s"}, "at least 1 second", "every"),
+        ({"every": "1h", "offset": "2h"}, "shorter than the interval", "offset"),
+        ({"every": "soon"}, "every", "every"),
+        ({"every": 60, "start_at": utc(2027, 1, 2), "end_at": utc(2027, 1, 1)}, "before start_at", "end_at"),
+        ({"every": 60, "start_at": datetime(2027, 1, 1)}, "must be timezone-aware", "start_at"),
+        ({"every": 60, "jitter": -1}, "jitter", "jitter"),
     ],
 )
-def test_bad_specs_say_what_to_fix(options: dict, message: str) -> None:
+def test_bad_specs_say_what_to_fix(options: dict, message: str, field: str) -> None:
     with pytest.raises(InvalidSchedule) as caught:
         ScheduleSpec.build(**options)
     assert message in str(caught.value)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"every": 60},
+        {"cron": "* * * * *"},
+        {"cron": "0 0 1 1 *", "timezone": "America/Los_Angeles"},
+        {"cron": "0 0 1 1 *", "timezone": "Pacific/Kiritimati"},
+    ],
+)
+def test_no_fire_time_past_year_9999(options: dict) -> None:
+    """Times a datetime cannot hold are not fire times: the schedule ends there."""
+    last = utc(9999, 12, 31, 23, 59, 30)
+    assert ScheduleSpec.build(**options).next_after(last) is None
+    assert ScheduleSpec.build(**options, start_at=last).next_after(utc(2027, 1, 1)) is None
+    day = list(ScheduleSpec.build(**options).between(utc(9999, 12, 31), last))
+    assert len(day) <= 1440
+    first = datetime.min.replace(tzinfo=UTC)
+    assert ScheduleSpec.build(**options, start_at=first).next_after(utc(2027, 1, 1)) is not None
+    assert list(ScheduleSpec.build(**options).between(first, first)) in ([], [first])
