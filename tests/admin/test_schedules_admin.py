@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from html import unescape
 from html.parser import HTMLParser
@@ -22,6 +23,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_weft import client, runtime
+from django_weft.engine.registry import registry
 from django_weft.models import Schedule, WorkflowRun
 from django_weft.runtime import fire_due_schedules, get_store
 from django_weft.testing import drive
@@ -855,3 +857,47 @@ def test_backfill_times_are_read_in_the_operators_time_zone() -> None:
             user, "hourly", "2027-03-28 02:30", "2027-03-28 04:00"
         )  # 02:30 does not exist that day
     assert "start" in gap.context["adminform"].form.errors
+
+
+# -- the runs dashboard ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def unregister() -> Iterator[Callable[[str], None]]:
+    """Remove a workflow from the registry for one test (as if its code were deleted)."""
+    removed: dict[str, Any] = {}
+
+    def remove(name: str) -> None:
+        removed[name] = registry.workflows.pop(name)
+
+    yield remove
+    registry.workflows.update(removed)
+
+
+def test_a_refused_fire_shows_as_an_error_and_the_dashboard_counts_it(
+    unregister: Callable[[str], None],
+) -> None:
+    hourly("broken", workflow="tests.countdown", args=[1])
+    unregister("tests.countdown")
+    client.get_schedule_handle("broken").trigger()
+    hourly("fine")
+    hourly("resting", paused=True)
+
+    root = logged_in("root", superuser=True)
+    rows = list_rows(root.get(list_url("last_outcome=error")))
+    assert list(rows) == ["broken"]
+    assert "error" in rows["broken"] and "WorkflowNotRegistered" in rows["broken"]
+
+    dashboard = root.get(reverse("admin:django_weft_workflowrun_dashboard"))
+    section = re.search(
+        r'<section class="module weft-dash-schedules".*?</section>', dashboard.content.decode(), flags=re.S
+    )
+    assert section is not None
+    words = " ".join(unescape(re.sub(r"<[^>]+>", " ", section.group(0))).split())
+    assert "3 schedules the next fire at" in words and "1 paused" in words and "1 last fire refused" in words
+    assert f'href="{list_url("paused__exact=1")}"' in section.group(0)
+    assert f'href="{list_url("last_outcome=error")}"' in section.group(0)
+
+    runs_only = logged_in("runs-only", permissions=("view_workflowrun",))
+    page = runs_only.get(reverse("admin:django_weft_workflowrun_dashboard")).content.decode()
+    assert "weft-dash-schedules" not in page
