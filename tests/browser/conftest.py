@@ -8,7 +8,9 @@ Screenshots go to ``WEFT_SCREENSHOT_DIR`` (default ``.screenshots/`` at the repo
 root); ``docs/images/admin/`` holds the ones the docs show, made by these tests::
 
     WEFT_SCREENSHOT_DIR=/tmp/shots WEFT_TEST_DB=sqlite .venv/bin/python -m pytest tests/browser
-    for f in /tmp/shots/*.png; do pngquant --quality=60-85 --force --output docs/images/admin/${f##*/} $f; done
+    for f in /tmp/shots/*.png; do
+        pngquant --quality=60-85 --force --output "docs/images/admin/${f##*/}" "$f"
+    done
 """
 
 from __future__ import annotations
