@@ -32,6 +32,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 
 from .. import runtime
 from ..engine.errors import ScheduleManaged, ScheduleNotFound
@@ -379,10 +380,9 @@ def confirmation(
         )
         model_admin.message_user(request, text, messages.WARNING)
         return None
-    from .schedules import next_fire_words  # imported here: schedules.py builds its admin on this module
 
     rows = [
-        {"schedule": schedule, "state": next_fire_words(schedule), "refusal": refusal_for(action, schedule)}
+        {"schedule": schedule, "state": state_words(schedule), "refusal": refusal_for(action, schedule)}
         for schedule in listed[:SCHEDULES_SHOWN]
     ]
     opts = model_admin.opts
@@ -419,6 +419,15 @@ def confirmation(
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, CONFIRM_TEMPLATE, context)
+
+
+def state_words(schedule: Schedule) -> str:
+    """The schedule's state for the confirmation's list: "next fire 2027-01-01 09:00:00"."""
+    if schedule.paused:
+        return f"paused ({schedule.note})" if schedule.note else "paused"
+    if schedule.next_fire_at is None:
+        return "ended"
+    return f"next fire {date_format(timezone.localtime(schedule.next_fire_at), 'Y-m-d H:i:s')}"
 
 
 def selected_ids(request: HttpRequest) -> list[str]:

@@ -32,7 +32,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from .. import runtime
 from ..conf import weft_settings
@@ -69,15 +69,6 @@ OUTCOME_LABELS = {
 }
 
 
-def next_fire_words(schedule: Schedule) -> str:
-    """When the schedule fires next, in the operator's time zone, or "paused" / "ended"."""
-    if schedule.paused:
-        return "paused"
-    if schedule.next_fire_at is None:
-        return "ended"
-    return moment(schedule.next_fire_at)
-
-
 def local_and_utc(value: datetime | str | None) -> tuple[str, str]:
     """A time in the operator's time zone (with its abbreviation) and in UTC."""
     if value is None:
@@ -112,8 +103,9 @@ def time_columns(schedule: Schedule) -> list[tuple[str, tzinfo]]:
     return columns
 
 
-def run_link(action: dict[str, Any]) -> SafeString | str:
-    """The run a recorded action started (its workflow id, linked, and its current status)."""
+def run_link(action: dict[str, Any], label: str | None = None) -> SafeString | str:
+    """The run a recorded action started, linked (by ``label``, else its workflow id), and
+    its current status."""
     run_id = action.get("run_id")
     if not run_id:
         return ""
@@ -124,8 +116,13 @@ def run_link(action: dict[str, Any]) -> SafeString | str:
         badge = (
             status_badge(status) if status else format_html('<span class="quiet">{}</span>', "no longer kept")
         )
+    workflow_id = action.get("workflow_id") or run_id
     return format_html(
-        '<a href="{}" class="weft-schedule-run">{}</a> {}', url, action.get("workflow_id") or run_id, badge
+        '<a href="{}" class="weft-schedule-run" title="run {}">{}</a> {}',
+        url,
+        workflow_id,
+        label or workflow_id,
+        badge,
     )
 
 
@@ -171,6 +168,14 @@ class ScheduleWorkflowFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
         value = self.value()
         return queryset.filter(workflow_name=value) if value else queryset
+
+
+class DeclaredInCodeFilter(admin.BooleanFieldListFilter):
+    """``managed``, said as the list says it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.title = "declared in code"
 
 
 class LastOutcomeFilter(admin.SimpleListFilter):
@@ -222,17 +227,21 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
         "next_fire",
         "overlap",
         "last_outcome",
-        "fired",
-        "skipped",
-        "missed",
+        "fired_skipped_missed",
         "in_code",
     )
     list_display_links = ("id",)
-    list_filter = ("paused", "managed", ScheduleWorkflowFilter, "overlap", LastOutcomeFilter)
+    list_filter = (
+        "paused",
+        ("managed", DeclaredInCodeFilter),
+        ScheduleWorkflowFilter,
+        "overlap",
+        LastOutcomeFilter,
+    )
     search_fields = ("id", "workflow_name")
     search_help_text = "Part of a schedule id or a workflow name."
     ordering = ("id",)
-    sortable_by = ("id", "workflow", "next_fire", "overlap", "fired", "skipped", "missed", "in_code")
+    sortable_by = ("id", "workflow", "next_fire", "overlap", "in_code")
     list_per_page = 100
     actions = SCHEDULE_ACTIONS
     guarded_actions = frozenset(ACTIONS_BY_NAME)
@@ -301,28 +310,21 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
 
     @admin.display(description="next fire", ordering="next_fire_at")
     def next_fire(self, schedule: Schedule) -> SafeString | str:
-        words = next_fire_words(schedule)
         if schedule.paused:
             return format_html('<span class="weft-paused" title="{}">paused</span>', schedule.note or "")
         if schedule.next_fire_at is None:
-            return format_html('<span class="quiet">{}</span>', words)
-        return words
+            return format_html('<span class="quiet">{}</span>', "ended")
+        return moment(schedule.next_fire_at)
 
-    @admin.display(description="fired", ordering="fired_count")
-    def fired(self, schedule: Schedule) -> int:
-        return schedule.fired_count
+    @admin.display(description="fired / skipped / missed")
+    def fired_skipped_missed(self, schedule: Schedule) -> str:
+        return f"{schedule.fired_count} / {schedule.skipped_count} / {schedule.missed_count}"
 
-    @admin.display(description="skipped", ordering="skipped_count")
-    def skipped(self, schedule: Schedule) -> int:
-        return schedule.skipped_count
-
-    @admin.display(description="missed", ordering="missed_count")
-    def missed(self, schedule: Schedule) -> int:
-        return schedule.missed_count
-
-    @admin.display(description="in code", boolean=True, ordering="managed")
-    def in_code(self, schedule: Schedule) -> bool:
-        return schedule.managed
+    @admin.display(description="in code", ordering="managed")
+    def in_code(self, schedule: Schedule) -> SafeString | str:
+        if not schedule.managed:
+            return ""
+        return format_html('<span title="declared with workflow {}">yes</span>', schedule.workflow_name)
 
     @admin.display(description="last outcome")
     def last_outcome(self, schedule: Schedule) -> SafeString | str:
@@ -331,16 +333,14 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
             if not schedule.recent_actions:
                 return "-"
             action = schedule.recent_actions[0]
+        # The scheduled time names the run (its workflow id is "<schedule id>-<that time>").
         when = moment(_as_datetime(action.get("scheduled_at")))
-        link = run_link(action)
-        detail = "" if link else action.get("detail") or ""
-        return format_html(
-            '{} <span class="quiet">{}</span> {}{}',
-            outcome_badge(str(action.get("outcome"))),
-            when,
-            link,
-            format_html('<span class="quiet"> {}</span>', detail) if detail else "",
-        )
+        badge = outcome_badge(str(action.get("outcome")))
+        if action.get("run_id"):
+            return format_html("{} {}", badge, run_link(action, label=when))
+        detail = str(action.get("detail") or "")
+        shown = detail if len(detail) <= 60 else detail[:59] + "…"
+        return format_html('{} {} <span class="quiet" title="{}">{}</span>', badge, when, detail, shown)
 
     # -- the add and change form ---------------------------------------------------------------
 
@@ -665,22 +665,26 @@ def backfill_outcome(start: datetime, end: datetime, fires: list[dict[str, Any]]
         counts[label] = counts.get(label, 0) + 1
     tally = ", ".join(f"{count} {label}" for label, count in counts.items())
     summary = f"{len(fires)} scheduled time{'s' if len(fires) != 1 else ''} from {first} to {last}: {tally}."
+    with_utc = not operator_in_utc()
     rows = format_html_join(
         "",
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        "<tr><td>{}</td>{}<td>{}</td><td>{}</td></tr>",
         (
             (
-                *local_and_utc(fire.get("scheduled_at")),
+                local,
+                format_html("<td>{}</td>", utc) if with_utc else "",
                 outcome_badge(str(fire.get("outcome"))),
                 _fire_cell(fire),
             )
             for fire in fires[:BACKFILL_ROWS_SHOWN]
+            for local, utc in [local_and_utc(fire.get("scheduled_at"))]
         ),
     )
     more = len(fires) - BACKFILL_ROWS_SHOWN
     table = format_html(
-        '<table class="weft-backfill-fires"><thead><tr><th>scheduled (your time)</th><th>UTC</th>'
+        '<table class="weft-backfill-fires"><thead><tr><th>scheduled</th>{}'
         "<th>outcome</th><th>run</th></tr></thead><tbody>{}</tbody></table>{}",
+        mark_safe("<th>UTC</th>") if with_utc else "",
         rows,
         format_html('<p class="help">… and {} more</p>', more) if more > 0 else "",
     )
