@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime, tzinfo
+from itertools import islice
 from typing import Any
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -57,6 +58,10 @@ from .schedule_forms import BackfillForm, ScheduleForm, seconds_text
 from .tools import Outcome, ToolView
 
 NEXT_FIRES_SHOWN = 10
+BACKFILL_LIMIT = 500
+"""The most scheduled times one backfill from the admin fires (as a REST ``backfill/``
+request): each start takes a few milliseconds while the schedule stays locked, and the
+request waits for all of them."""
 BACKFILL_ROWS_SHOWN = 100
 """Fires listed after a backfill; the rest are counted."""
 OUTCOME_LABELS = {
@@ -628,7 +633,7 @@ class BackfillView(ToolView):
         schedule = self.schedule(request, object_id)
         form = BackfillForm(request.POST)
         outcome: Outcome | None = None
-        if form.is_valid():
+        if form.is_valid() and self.within_limit(form, schedule):
             data = form.cleaned_data
             try:
                 fires = runtime.backfill_schedule(
@@ -646,6 +651,20 @@ class BackfillView(ToolView):
                 if fires:
                     self.admin.log_change(request, schedule, f"Backfilled: {outcome.summary}")
         return self.render(request, form, obj=schedule, outcome=outcome)
+
+    @staticmethod
+    def within_limit(form: BackfillForm, schedule: Schedule) -> bool:
+        """Whether the range holds at most :data:`BACKFILL_LIMIT` scheduled times (an error
+        on ``end`` if not): counted on the spec, before the runtime locks anything."""
+        start, end = form.cleaned_data["start"], form.cleaned_data["end"]
+        if len(list(islice(spec_of(schedule).between(start, end), BACKFILL_LIMIT + 1))) <= BACKFILL_LIMIT:
+            return True
+        form.add_error(
+            "end",
+            f"The range holds more than {BACKFILL_LIMIT} scheduled times. Backfill at most {BACKFILL_LIMIT} "
+            "at a time: split it (a backfill is idempotent, so the pieces may overlap).",
+        )
+        return False
 
     def render(self, request: HttpRequest, form: forms.Form, **kwargs: Any) -> TemplateResponse:
         response = super().render(request, form, **kwargs)

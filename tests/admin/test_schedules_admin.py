@@ -829,7 +829,8 @@ def test_backfill_fires_each_time_of_the_range_once_and_twice_is_a_no_op() -> No
     ("start", "end", "field", "message"),
     [
         ("2027-01-03 00:00", "2027-01-01 00:00", "end", "is before its start"),
-        ("2027-01-01 00:00", "2099-01-01 00:00", "end", "more than 10000 scheduled times"),
+        ("2027-01-01 00:00", "2027-01-21 20:00", "end", "holds more than 500 scheduled times"),
+        ("0001-01-01 00:00", "9999-12-31 23:59", "end", "holds more than 500 scheduled times"),
         ("2027-02-30 00:00", "2027-03-01 00:00", "start", "Enter a valid date"),
         ("2027-01-01 25:00", "2027-03-01 00:00", "start", "Enter a valid time"),
     ],
@@ -842,6 +843,14 @@ def test_a_bad_backfill_range_is_an_error_on_the_form(start: str, end: str, fiel
     errors = response.context["adminform"].form.errors
     assert message in " ".join(errors.get(field, [])), errors
     assert not WorkflowRun.objects.exists() and not LogEntry.objects.exists()
+
+
+def test_a_backfill_of_the_most_times_it_takes() -> None:
+    user = logged_in("root", superuser=True)
+    client.create_schedule("often", "tests.echo", every="1h")
+    response = backfill(user, "often", "2027-01-01 00:00", "2027-01-21 19:00")  # 500 hours
+    assert "500 scheduled times" in text_of(response) and "500 started" in text_of(response)
+    assert WorkflowRun.objects.count() == 500
 
 
 def test_backfill_times_are_read_in_the_operators_time_zone() -> None:
