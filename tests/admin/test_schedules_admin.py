@@ -582,6 +582,7 @@ def test_add_with_an_interval_and_bounds_in_the_operators_time_zone() -> None:
     [
         ({"cron": "61 * * * *"}, "cron", "Invalid cron expression"),
         ({"cron": "* * *"}, "cron", "has 3 field(s)"),
+        ({"cron": "0 0 30 2 *"}, "cron", "never matches a date"),
         ({"cron": "", "every": ""}, "cron", "Give exactly one of cron="),
         ({"every": "1h"}, "cron", "Give exactly one of cron="),
         ({"cron": "", "every": "0.5s"}, "every", "Every must be at least 1 second"),
@@ -628,6 +629,16 @@ def test_bad_input_is_an_error_on_its_field_and_writes_nothing(
     assert field in errors, errors
     assert message in " ".join(errors[field]), errors
     assert not Schedule.objects.exists() and not LogEntry.objects.exists()
+
+
+def test_a_time_that_does_not_exist_in_the_operators_zone_is_an_error() -> None:
+    user = logged_in("root", superuser=True)
+    with override_settings(TIME_ZONE="Europe/Oslo"):  # clocks go from 02:00 to 03:00 that day
+        response = user.post(add_url(), {**ADD, "start_at_0": "2030-03-31", "start_at_1": "02:30"})
+    assert "be interpreted in time zone Europe/Oslo" in " ".join(
+        response.context["adminform"].form.errors["start_at"]
+    )
+    assert not Schedule.objects.exists()
 
 
 def test_a_taken_id_is_an_error_on_the_id() -> None:
