@@ -216,6 +216,10 @@ STATE_FIELDS = (
     "updated",
 )
 """The first section of a schedule's page: what it does and did (read-only)."""
+QUERY_FILLS = frozenset(
+    {"id", *WORKFLOW_FIELDS, "cron", "every", "offset", "timezone", "jitter", *POLICY_FIELDS, "note"}
+)
+"""The add form's boxes a link may fill in from the query string."""
 DECLARED_FIELDS = (*WORKFLOW_FIELDS, *SPEC_FIELDS, *POLICY_FIELDS)
 """What a declaration in code sets: read-only on a managed schedule's page."""
 
@@ -369,6 +373,16 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
         if obj.managed:
             return (*STATE_FIELDS, *DECLARED_FIELDS)
         return STATE_FIELDS
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, str | list[str]]:
+        """Boxes the query string fills in (``add/?workflow=reports.daily&cron=@daily``):
+        the text boxes only (a date box given text would not render)."""
+        filled: dict[str, str | list[str]] = {}
+        for name in QUERY_FILLS & set(request.GET):
+            value = str(request.GET[name])
+            if "\x00" not in value and len(value) <= 10_000:
+                filled[name] = value
+        return filled
 
     def get_form(
         self, request: HttpRequest, obj: Schedule | None = None, change: bool = False, **kwargs: Any
