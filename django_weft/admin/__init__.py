@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import WorkflowRun
+from ..models import Schedule, WorkflowRun
 from .related import RelatedRuns, related_runs
 from .runs import WorkflowRunAdmin
+from .schedules import ScheduleAdmin
 
 admin.site.register(WorkflowRun, WorkflowRunAdmin)
+admin.site.register(Schedule, ScheduleAdmin)
 
-__all__ = ["RelatedRuns", "WorkflowRunAdmin", "related_runs"]
+__all__ = ["RelatedRuns", "ScheduleAdmin", "WorkflowRunAdmin", "related_runs"]

@@ -24,33 +24,32 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.views.main import ERROR_FLAG, PAGE_VAR, ChangeList
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 
 from .. import runtime
 from ..conf import weft_settings
 from ..models import WorkflowRun
+from .confirmation import (
+    ALL_MATCHING,
+    AS_OF,
+    RETURN_TO,
+    ConfirmedActionsAdmin,
+    describe_filters,
+    list_query,
+    parse_as_of,
+    return_to,
+)
 
-ALL_MATCHING = "_weft_all_matching"
-"""POSTed as ``1``: act on every run the changelist's query string matches."""
-AS_OF = "_weft_as_of"
-"""When the all-matching confirmation was shown: runs created later are left alone."""
-RETURN_TO = "_weft_return"
-"""Where to go once done (a run's page, for its lifecycle buttons); a local path only."""
 RUNS_SHOWN = 100
 """Runs listed on a confirmation page; the rest are counted."""
 LABELS_SHOWN = 10
@@ -189,7 +188,7 @@ def respond(
     target: QuerySet[WorkflowRun] | list[uuid.UUID] = ids
     if all_matching:
         try:
-            as_of = _as_of(request.POST.get(AS_OF))
+            as_of = parse_as_of(request.POST.get(AS_OF))
         except ValueError:
             model_admin.message_user(
                 request,
@@ -207,7 +206,7 @@ def respond(
     _log_changes(request, action, outcome, reason)
     text, level = outcome_message(action, outcome)
     model_admin.message_user(request, text, level)
-    back = _return_to(request)
+    back = return_to(request)
     return HttpResponseRedirect(back) if back else None
 
 
@@ -308,8 +307,8 @@ def _confirmation(
     ]
     opts = model_admin.opts
     changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
-    query = _list_query(request)
-    back = _return_to(request)
+    query = list_query(request)
+    back = return_to(request)
     context = {
         **model_admin.admin_site.each_context(request),
         "title": f"{action.title()}?",
@@ -341,39 +340,6 @@ def _confirmation(
     return TemplateResponse(request, CONFIRM_TEMPLATE, context)
 
 
-def describe_filters(changelist: ChangeList) -> str:
-    """The changelist's filters and search in words ("status: waiting; search “order-7”"),
-    or "" when it lists every run."""
-    parts: list[str] = []
-    claimed: set[str] = set()
-    for spec in changelist.filter_specs:
-        expected = {str(name) for name in spec.expected_parameters() or () if name}
-        claimed |= expected
-        if not expected & set(changelist.filter_params):
-            continue
-        chosen = [str(choice["display"]) for choice in spec.choices(changelist) if choice.get("selected")]
-        if not chosen:  # a value none of the filter's choices offers: say it as given
-            chosen = [
-                str(value) for name in sorted(expected) for value in changelist.filter_params.get(name, ())
-            ]
-        parts.append(f"{spec.title}: {', '.join(chosen)}")
-    # Lookups in the address that no filter claims (``?workflow_id=order-7``) narrow the list too.
-    for key, values in changelist.get_filters_params().items():
-        if key not in claimed:
-            parts.append(f"{key} = {', '.join(str(value) for value in values)}")
-    if changelist.query:
-        parts.append(f"search “{changelist.query}”")
-    return "; ".join(parts)
-
-
-def _list_query(request: HttpRequest) -> str:
-    """The changelist's query string (filters, search, ordering) without the page number."""
-    query = request.GET.copy()
-    for key in (PAGE_VAR, ERROR_FLAG):
-        query.pop(key, None)
-    return query.urlencode()
-
-
 def _selected_ids(request: HttpRequest) -> list[uuid.UUID]:
     ids: dict[uuid.UUID, None] = {}
     for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
@@ -390,50 +356,14 @@ def _as_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-def _as_of(value: str | None) -> datetime | None:
-    """The confirmation page's time stamp; ``ValueError`` for anything but an aware ISO time."""
-    if value is None:
-        return None
-    moment = datetime.fromisoformat(value)
-    if timezone.is_naive(moment):
-        raise ValueError("a time stamp without a time zone")
-    return moment
-
-
-def _return_to(request: HttpRequest) -> str | None:
-    url = request.POST.get(RETURN_TO) or ""
-    if url.startswith("/") and url_has_allowed_host_and_scheme(
-        url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return url
-    return None
-
-
-def _wants_all_matching(request: HttpRequest) -> bool:
-    """The "apply to all" box, or Django's own ``select_across`` (which the run list does not
-    offer: it would need a count); both mean every run the query string matches."""
-    return request.POST.get(ALL_MATCHING) == "1" or bool(
-        forms.BooleanField(required=False).to_python(request.POST.get("select_across"))
-    )
-
-
-def _chosen_action(request: HttpRequest) -> str:
-    """The action a changelist POST names, picked as Django picks it (``index`` says which
-    of the page's action bars was used)."""
-    names = request.POST.getlist("action")
-    try:
-        index = int(request.POST.get("index", 0))
-    except ValueError:
-        index = 0
-    return names[index] if 0 <= index < len(names) else ""
-
-
 # -- the model admin ------------------------------------------------------------------------
 
 
-class RunActionsAdmin(admin.ModelAdmin):
+class RunActionsAdmin(ConfirmedActionsAdmin):
     """The run admin's actions, their permissions, "apply to all matching" and the lifecycle
     buttons of a run's page. :class:`~django_weft.admin.runs.WorkflowRunAdmin` builds on it."""
+
+    guarded_actions = frozenset(ACTIONS_BY_NAME)
 
     class Media:
         css = {"all": ("django_weft/actions.css",)}
@@ -446,64 +376,11 @@ class RunActionsAdmin(admin.ModelAdmin):
         """Suspend and resume (``django_weft.suspend_workflowrun``)."""
         return bool(request.user.has_perm("django_weft.suspend_workflowrun"))
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        if request.method == "POST" and "_save" not in request.POST:
-            chosen = _chosen_action(request)
-            if chosen in ACTIONS_BY_NAME and chosen not in self.get_actions(request):
-                # Django would ignore it (or say "no action selected"); a forged lifecycle
-                # POST gets a plain refusal.
-                raise PermissionDenied
-            if chosen and _wants_all_matching(request):
-                return self._act_on_all_matching(request)
-        response = super().changelist_view(request, extra_context)
-        context = getattr(response, "context_data", None)
-        if isinstance(response, TemplateResponse) and context and isinstance(context.get("cl"), ChangeList):
-            context["weft_filter_words"] = describe_filters(context["cl"])
-        return response
-
-    def _act_on_all_matching(self, request: HttpRequest) -> HttpResponse:
-        # Django hands an action to response_action only when rows are ticked; acting on
-        # every run the filter matches needs none, so it is dispatched here.
-        if not self.has_view_or_change_permission(request):
-            raise PermissionDenied
-        try:
-            changelist = self.get_changelist_instance(request)
-        except IncorrectLookupParameters:
-            self.message_user(request, "The list's filter is not valid; nothing was changed.", messages.ERROR)
-            return HttpResponseRedirect(request.path)
-        words = describe_filters(changelist)
-        if not words:
-            self.message_user(
-                request,
-                "“Apply to all matching” needs a filter or a search first; nothing was changed.",
-                messages.WARNING,
-            )
-            return HttpResponseRedirect(request.get_full_path())
-        data: QueryDict = request.POST.copy()
-        data["select_across"] = "1"
-        data[ALL_MATCHING] = "1"
-        data._mutable = False
-        request.POST = data  # type: ignore[assignment]
-        request.weft_filter_words = words  # type: ignore[attr-defined]
-        response = self.response_action(request, changelist.get_queryset(request))
-        return response or HttpResponseRedirect(request.get_full_path())
-
-    def response_action(
-        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], *args: Any, **kwargs: Any
-    ) -> HttpResponse | None:
-        if not _wants_all_matching(request):
-            bad = [
-                value
-                for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-                if _as_uuid(value) is None
-            ]
-            if bad:
-                shown = ", ".join(repr(value[:40]) for value in bad[:5])
-                self.message_user(request, f"Not a run id: {shown}; nothing was changed.", messages.ERROR)
-                return None
-        return super().response_action(request, queryset, *args, **kwargs)
+    def invalid_selection(self, request: HttpRequest, values: list[str]) -> str | None:
+        bad = [value for value in values if _as_uuid(value) is None]
+        if not bad:
+            return None
+        return f"Not a run id: {', '.join(repr(value[:40]) for value in bad[:5])}; nothing was changed."
 
     def lifecycle_buttons(self, request: HttpRequest, run: WorkflowRun) -> list[RunAction]:
         """The lifecycle actions this user may take on ``run`` and its status allows."""

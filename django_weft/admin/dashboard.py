@@ -1,7 +1,8 @@
 """The runs dashboard at ``admin/django_weft/workflowrun/dashboard/``: counts per status
 and per workflow, the oldest waiting and runnable runs, expired leases, due timers, and
-runs finished per minute over the last hour as a sparkline. Every number links to the
-changelist filtered to the runs it counts.
+runs finished per minute over the last hour as a sparkline, and for users who may view
+schedules, the schedules at a glance. Every number links to the changelist filtered to
+the runs (or schedules) it counts.
 
 The figures come from :func:`django_weft.runtime.status_report` and
 :func:`django_weft.runtime.finished_per_minute` (the figures ``weft_status`` prints);
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -26,7 +28,8 @@ from django.utils.formats import date_format
 from django.utils.safestring import SafeString
 
 from .. import runtime
-from ..models import WorkflowRun
+from ..conf import weft_settings
+from ..models import Schedule, WorkflowRun
 from .runs import _queue_of, moment, status_badge
 from .sparkline import render_sparkline
 from .timeline import format_duration
@@ -64,6 +67,9 @@ def dashboard_view(request: HttpRequest, model_admin: WorkflowRunAdmin) -> HttpR
     changelist = reverse(
         f"{model_admin.admin_site.name}:{model_admin.opts.app_label}_{model_admin.opts.model_name}_changelist"
     )
+    schedules = None
+    if request.user.has_perm("django_weft.view_schedule"):
+        schedules = ScheduleFigures.read(admin_name=model_admin.admin_site.name)
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Workflow runs dashboard",
@@ -73,6 +79,7 @@ def dashboard_view(request: HttpRequest, model_admin: WorkflowRunAdmin) -> HttpR
         "dashboard": Dashboard.build(
             report, finished, changelist_url=changelist, admin_name=model_admin.admin_site.name
         ),
+        "schedules": schedules,
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, TEMPLATE, context)
@@ -202,6 +209,47 @@ class Dashboard:
                     f"at most {finished.peak} in a minute"
                 ),
             ),
+        )
+
+
+@dataclass(frozen=True)
+class ScheduleFigures:
+    """The schedules at a glance (two queries), for users who may view them: how many,
+    how many paused, how many whose last fire could not start a run, and the next fire."""
+
+    total: Figure
+    paused: Figure
+    failing: Figure
+    next_id: str | None
+    next_at: str
+    next_url: str
+
+    @classmethod
+    def read(cls, *, admin_name: str = "admin") -> ScheduleFigures:
+        changelist = reverse(f"{admin_name}:django_weft_schedule_changelist")
+        link = _linker(changelist)
+        schedules = Schedule.objects.using(weft_settings.DATABASE_ALIAS)
+        counts = schedules.aggregate(
+            total=Count("pk"),
+            paused=Count("pk", filter=Q(paused=True)),
+            failing=Count("pk", filter=Q(recent_actions__0__outcome="error")),
+        )
+        # The tick's own index (unpaused, with a next fire) finds it.
+        upcoming = (
+            schedules.filter(paused=False, next_fire_at__isnull=False)
+            .order_by("next_fire_at")
+            .only("id", "next_fire_at")
+            .first()
+        )
+        return cls(
+            total=Figure(counts["total"], changelist),
+            paused=Figure(counts["paused"], link(paused__exact="1")),
+            failing=Figure(counts["failing"], link(last_outcome="error")),
+            next_id=upcoming.pk if upcoming is not None else None,
+            next_at=moment(upcoming.next_fire_at) if upcoming is not None else "",
+            next_url=reverse(f"{admin_name}:django_weft_schedule_change", args=[upcoming.pk])
+            if upcoming is not None
+            else "",
         )
 
 

@@ -28,6 +28,7 @@ from django.contrib.admin.helpers import AdminForm
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Model
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -113,15 +114,17 @@ def json_block(value: Any) -> SafeString:
 class ToolView(View):
     """A tool's page: permission, form, rendering. Subclasses say what is sent."""
 
-    model_admin: admin.ModelAdmin[WorkflowRun] | None = None
+    model_admin: admin.ModelAdmin[Any] | None = None
     tool: ClassVar[str]
     title: ClassVar[str]
     submit_label: ClassVar[str]
     form_class: ClassVar[type[forms.Form]]
+    template_name: ClassVar[str] = TEMPLATE
+    back_label: ClassVar[str] = "Back to the run"
     http_method_names = ["get", "head", "post"]
 
     @property
-    def admin(self) -> admin.ModelAdmin[WorkflowRun]:
+    def admin(self) -> admin.ModelAdmin[Any]:
         assert self.model_admin is not None, "as_view(model_admin=...) sets it"
         return self.model_admin
 
@@ -135,14 +138,14 @@ class ToolView(View):
         request: HttpRequest,
         form: forms.Form,
         *,
-        run: WorkflowRun | None = None,
+        obj: Model | None = None,
         outcome: Outcome | None = None,
         closed: str | None = None,
         known_names: Sequence[str] = (),
     ) -> TemplateResponse:
         if known_names and "name" in form.fields:
             form.fields["name"].widget.attrs["list"] = "weft-known-names"
-        opts = WorkflowRun._meta
+        opts = self.admin.opts
         site = self.admin.admin_site
         request.current_app = site.name
         context = {
@@ -150,26 +153,28 @@ class ToolView(View):
             "opts": opts,
             "app_label": opts.app_label,
             "title": self.title,
-            "subtitle": str(run) if run is not None else None,
-            "original": run,
+            "subtitle": str(obj) if obj is not None else None,
+            "original": obj,
             # AdminForm renders any form as the admin's fieldsets (the stubs say ModelForm).
             "adminform": AdminForm(
                 cast(Any, form), [(None, {"fields": list(form.fields)})], {}, model_admin=self.admin
             ),
             "media": self.admin.media + form.media,
-            "has_view_permission": self.admin.has_view_permission(request, run),
+            "has_view_permission": self.admin.has_view_permission(request, obj),
             "weft_tool": self.tool,
             "weft_submit": self.submit_label,
             "weft_outcome": outcome,
             "weft_closed": closed,
             "weft_known_names": list(known_names),
+            "weft_back_label": self.back_label,
         }
-        return TemplateResponse(request, TEMPLATE, context)
+        return TemplateResponse(request, self.template_name, context)
 
     def url(self, view: str, *args: Any) -> str:
-        """The URL of one of the run admin's views (``changelist``, ``change``...) on this site."""
+        """The URL of one of the model admin's views (``changelist``, ``change``...) on this site."""
         site = self.admin.admin_site.name
-        return reverse(f"admin:django_weft_workflowrun_{view}", args=args, current_app=site)
+        opts = self.admin.opts
+        return reverse(f"admin:{opts.app_label}_{opts.model_name}_{view}", args=args, current_app=site)
 
     @staticmethod
     def add_error(form: forms.Form, exc: WeftError, field: str | None = None) -> None:
@@ -242,7 +247,7 @@ class RunToolView(ToolView):
             # The admin's fieldset shows help text unescaped.
             hint = escape(self.names_hint(", ".join(names)))
             form.fields["name"].help_text = f"{form.fields['name'].help_text} {hint}"
-        return self.render(request, form, run=run, outcome=outcome, closed=closed, known_names=names)
+        return self.render(request, form, obj=run, outcome=outcome, closed=closed, known_names=names)
 
     def run(self, request: HttpRequest, object_id: str) -> WorkflowRun:
         run = self.admin.get_object(request, unquote(object_id))

@@ -86,16 +86,19 @@ class Browser:
 
         return list(self.web.find_elements(By.CSS_SELECTOR, selector))
 
-    def screenshot(self, name: str) -> Path:
-        """Save the page as ``<WEFT_SCREENSHOT_DIR>/<name>.png`` (the whole page's height)."""
+    def screenshot(self, name: str, *, width: int = 1280) -> Path:
+        """Save the page as ``<WEFT_SCREENSHOT_DIR>/<name>.png`` (the whole page's height;
+        ``width`` for a page whose table needs more than the usual 1280 pixels)."""
         folder = Path(os.environ.get("WEFT_SCREENSHOT_DIR", ROOT / ".screenshots"))
         folder.mkdir(parents=True, exist_ok=True)
+        if width != 1280:
+            self.web.set_window_size(width, 900)  # the page's height depends on its width
         # The window's height includes the browser's own frame: add it, or the page's
         # last ~140 pixels are cut off.
         height = self.web.execute_script(
             "return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight"
         )
-        self.web.set_window_size(1280, min(max(int(height), 600), 4000))
+        self.web.set_window_size(width, min(max(int(height), 600), 4000))
         path = folder / f"{name}.png"
         self.web.save_screenshot(str(path))
         self.web.set_window_size(1280, 900)

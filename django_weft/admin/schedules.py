@@ -1,0 +1,735 @@
+"""The schedules' admin at ``admin/django_weft/schedule/``: the list with each schedule's
+spec in words, next fire, last outcome and counters; the actions pause, unpause, trigger
+and delete (:mod:`.schedule_actions`); the add and change form of a schedule made by hand
+(:mod:`.schedule_forms`); a schedule's page with its next fire times, recent actions and
+runs; and the **Backfill** tool.
+
+Reads only: rows are listed through the ``Schedule`` queryset, a schedule's state through
+:func:`django_weft.runtime.describe_schedules`; every change goes through the runtime's
+schedule functions, which check it first and write it (nothing here saves a row).
+A schedule declared in code (``managed``) shows its declaration read-only: only its note
+can be changed here, and it cannot be deleted from here (the next ``weft_schedules sync``
+would put it back); it can be paused, unpaused, triggered and backfilled like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime, tzinfo
+from itertools import islice
+from typing import Any
+from urllib.parse import urlencode
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from .. import runtime
+from ..conf import weft_settings
+from ..engine.errors import ScheduleManaged, ScheduleNotFound, WeftError
+from ..engine.schedule_spec import InvalidSchedule
+from ..models import Schedule
+from ..runtime.schedules import spec_of
+from .confirmation import RETURN_TO, ConfirmedActionsAdmin
+from .forms import as_sentence
+from .runs import moment, status_badge
+from .schedule_actions import (
+    ACTIONS_BY_NAME,
+    PAUSE,
+    SCHEDULE_ACTIONS,
+    TRIGGER,
+    UNPAUSE,
+    ScheduleAction,
+    fire_words,
+    is_schedule_id,
+)
+from .schedule_forms import BackfillForm, ScheduleForm, seconds_text
+from .tools import Outcome, ToolView
+
+NEXT_FIRES_SHOWN = 10
+BACKFILL_LIMIT = 500
+"""The most scheduled times one backfill from the admin fires (as a REST ``backfill/``
+request): each start takes a few milliseconds while the schedule stays locked, and the
+request waits for all of them."""
+BACKFILL_ROWS_SHOWN = 100
+"""Fires listed after a backfill; the rest are counted."""
+OUTCOME_LABELS = {
+    "started": "started",
+    "already_started": "already started",
+    "skipped": "skipped",
+    "buffered": "buffered",
+    "missed": "missed",
+    "error": "error",
+}
+
+
+def local_and_utc(value: datetime | str | None) -> tuple[str, str]:
+    """A time in the operator's time zone (with its abbreviation) and in UTC."""
+    if value is None:
+        return "-", "-"
+    if isinstance(value, str):
+        parsed = _as_datetime(value)
+        if parsed is None:
+            return value, value
+        value = parsed
+    return (
+        date_format(timezone.localtime(value), "Y-m-d H:i:s T"),
+        value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+    )
+
+
+def operator_in_utc() -> bool:
+    """Whether the operator's time zone is UTC (then a UTC column would repeat it)."""
+    return timezone.get_current_timezone_name() in ("UTC", "Etc/UTC")
+
+
+def time_columns(schedule: Schedule) -> list[tuple[str, tzinfo]]:
+    """The time zones to show a schedule's fire times in: the operator's, UTC, and for a
+    cron schedule its own zone (whose wall clock the expression is matched against)."""
+    current = timezone.get_current_timezone_name()
+    columns: list[tuple[str, tzinfo]] = [(f"your time ({current})", timezone.get_current_timezone())]
+    if not operator_in_utc():
+        columns.append(("UTC", UTC))
+    if schedule.cron and schedule.timezone not in (current, "UTC"):
+        # A zone this machine's tz database no longer has: the other columns still say it.
+        with contextlib.suppress(ZoneInfoNotFoundError, ValueError):
+            columns.append((f"the schedule's ({schedule.timezone})", ZoneInfo(schedule.timezone)))
+    return columns
+
+
+def run_link(action: dict[str, Any], label: str | None = None) -> SafeString | str:
+    """The run a recorded action started, linked (by ``label``, else its workflow id), and
+    its current status."""
+    run_id = action.get("run_id")
+    if not run_id:
+        return ""
+    url = reverse("admin:django_weft_workflowrun_change", args=[run_id])
+    badge: SafeString | str = ""
+    if "run_status" in action:  # described: the run's status now (None: removed by retention)
+        status = action["run_status"]
+        badge = (
+            status_badge(status) if status else format_html('<span class="quiet">{}</span>', "no longer kept")
+        )
+    workflow_id = action.get("workflow_id") or run_id
+    return format_html(
+        '<a href="{}" class="weft-schedule-run" title="run {}">{}</a> {}',
+        url,
+        workflow_id,
+        label or workflow_id,
+        badge,
+    )
+
+
+def outcome_badge(outcome: str) -> SafeString:
+    """A recorded action's outcome as a small badge (``weft-outcome-<outcome>``)."""
+    label = OUTCOME_LABELS.get(outcome, outcome)
+    return format_html(
+        '<span class="weft-outcome-badge weft-outcome-{}">{}</span>', outcome.replace("_", "-"), label
+    )
+
+
+# -- the changelist -------------------------------------------------------------------------------
+
+
+class ScheduleChangeList(ChangeList):
+    """The changelist, with the page's latest actions and their runs' current statuses
+    (one query for the page, :func:`~django_weft.runtime.describe_schedules`)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        schedules = list(self.result_list)
+        for schedule, described in zip(
+            schedules, runtime.describe_schedules(schedules, next_count=0), strict=True
+        ):
+            schedule.weft_last_action = described.recent_actions[0] if described.recent_actions else None
+        self.result_list = schedules
+
+
+class ScheduleWorkflowFilter(admin.SimpleListFilter):
+    """The workflows the schedules start (a short table: DISTINCT is cheap here)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = (
+            model_admin.get_queryset(request)
+            .order_by("workflow_name")
+            .values_list("workflow_name", flat=True)
+        )
+        return [(name, name) for name in names.distinct()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+        value = self.value()
+        return queryset.filter(workflow_name=value) if value else queryset
+
+
+class DeclaredInCodeFilter(admin.BooleanFieldListFilter):
+    """``managed``, said as the list says it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.title = "declared in code"
+
+
+class LastOutcomeFilter(admin.SimpleListFilter):
+    """What the schedule's latest recorded action was (a fire refused is ``error``)."""
+
+    title = "last outcome"
+    parameter_name = "last_outcome"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(OUTCOME_LABELS.items())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+        value = self.value()
+        if value not in OUTCOME_LABELS:
+            return queryset
+        return queryset.filter(recent_actions__0__outcome=value)
+
+
+# -- the admin ------------------------------------------------------------------------------------
+
+WORKFLOW_FIELDS = ("workflow", "args", "kwargs", "search_attributes")
+SPEC_FIELDS = ("cron", "every", "offset", "timezone", "start_at", "end_at", "jitter")
+POLICY_FIELDS = ("overlap", "catchup_window")
+STATE_FIELDS = (
+    "id",
+    "spec_in_words",
+    "state",
+    "next_fire_times",
+    "counters",
+    "buffered_fires",
+    "runs_of_schedule",
+    "created",
+    "updated",
+)
+"""The first section of a schedule's page: what it does and did (read-only)."""
+QUERY_FILLS = frozenset(
+    {"id", *WORKFLOW_FIELDS, "cron", "every", "offset", "timezone", "jitter", *POLICY_FIELDS, "note"}
+)
+"""The add form's boxes a link may fill in from the query string."""
+DECLARED_FIELDS = (*WORKFLOW_FIELDS, *SPEC_FIELDS, *POLICY_FIELDS)
+"""What a declaration in code sets: read-only on a managed schedule's page."""
+
+
+class ScheduleAdmin(ConfirmedActionsAdmin):
+    """Schedules: list, pause, unpause, trigger, create, change, delete and backfill them,
+    each through the runtime, behind the schedule permissions."""
+
+    form = ScheduleForm
+    list_display = (
+        "id",
+        "workflow",
+        "spec",
+        "next_fire",
+        "overlap",
+        "last_outcome",
+        "fired_skipped_missed",
+        "in_code",
+    )
+    list_display_links = ("id",)
+    list_filter = (
+        "paused",
+        ("managed", DeclaredInCodeFilter),
+        ScheduleWorkflowFilter,
+        "overlap",
+        LastOutcomeFilter,
+    )
+    search_fields = ("id", "workflow_name")
+    search_help_text = "Part of a schedule id or a workflow name."
+    ordering = ("id",)
+    sortable_by = ("id", "workflow", "next_fire", "overlap", "in_code")
+    list_per_page = 100
+    actions = SCHEDULE_ACTIONS
+    guarded_actions = frozenset(ACTIONS_BY_NAME)
+    # Schedules are few: "apply to all" may take the whole list ("pause every schedule").
+    all_matching_needs_filter = False
+    change_form_template = "admin/django_weft/schedule/change_form.html"
+    add_fieldsets = (
+        (None, {"fields": ("id", *WORKFLOW_FIELDS)}),
+        ("When", {"fields": SPEC_FIELDS}),
+        ("Policies", {"fields": POLICY_FIELDS}),
+        ("Note", {"fields": ("note", "paused")}),
+    )
+
+    class Media:
+        css = {"all": ("django_weft/admin.css", "django_weft/actions.css", "django_weft/tools.css")}
+
+    # -- permissions ------------------------------------------------------------------------
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        """Pause and unpause (``django_weft.pause_schedule``)."""
+        return bool(request.user.has_perm("django_weft.pause_schedule"))
+
+    def has_trigger_permission(self, request: HttpRequest) -> bool:
+        """Trigger and backfill (``django_weft.trigger_schedule``)."""
+        return bool(request.user.has_perm("django_weft.trigger_schedule"))
+
+    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        # A schedule declared in code is deleted by removing its declaration (sync --prune).
+        if obj is not None and obj.managed:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # delete_schedules goes through the runtime
+        return actions
+
+    # -- the list ---------------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        return Schedule.objects.using(weft_settings.DATABASE_ALIAS).all()
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ScheduleChangeList
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if any(
+            "\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()
+        ):
+            # No database column holds a NUL: PostgreSQL would refuse the query.
+            self.message_user(request, "The address holds a NUL character; it was ignored.", messages.ERROR)
+            return HttpResponseRedirect(request.path)
+        return super().changelist_view(request, extra_context)
+
+    def invalid_selection(self, request: HttpRequest, values: list[str]) -> str | None:
+        bad = [value for value in values if not is_schedule_id(value)]
+        if not bad:
+            return None
+        return f"Not a schedule id: {', '.join(repr(value[:40]) for value in bad[:5])}; nothing was changed."
+
+    @admin.display(description="spec")
+    def spec(self, schedule: Schedule) -> str:
+        return spec_of(schedule).describe()
+
+    @admin.display(description="next fire", ordering="next_fire_at")
+    def next_fire(self, schedule: Schedule) -> SafeString | str:
+        if schedule.paused:
+            return format_html('<span class="weft-paused" title="{}">paused</span>', schedule.note or "")
+        if schedule.next_fire_at is None:
+            return format_html('<span class="quiet">{}</span>', "ended")
+        return moment(schedule.next_fire_at)
+
+    @admin.display(description="fired / skipped / missed")
+    def fired_skipped_missed(self, schedule: Schedule) -> str:
+        return f"{schedule.fired_count} / {schedule.skipped_count} / {schedule.missed_count}"
+
+    @admin.display(description="in code", ordering="managed")
+    def in_code(self, schedule: Schedule) -> SafeString | str:
+        if not schedule.managed:
+            return ""
+        return format_html('<span title="declared with workflow {}">yes</span>', schedule.workflow_name)
+
+    @admin.display(description="last outcome")
+    def last_outcome(self, schedule: Schedule) -> SafeString | str:
+        action = getattr(schedule, "weft_last_action", None)
+        if action is None:
+            if not schedule.recent_actions:
+                return "-"
+            action = schedule.recent_actions[0]
+        # The scheduled time names the run (its workflow id is "<schedule id>-<that time>").
+        when = moment(_as_datetime(action.get("scheduled_at")))
+        badge = outcome_badge(str(action.get("outcome")))
+        if action.get("run_id"):
+            return format_html("{} {}", badge, run_link(action, label=when))
+        detail = str(action.get("detail") or "")
+        shown = detail if len(detail) <= 60 else detail[:59] + "…"
+        return format_html('{} {} <span class="quiet" title="{}">{}</span>', badge, when, detail, shown)
+
+    # -- the add and change form ---------------------------------------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        if obj is None:
+            return self.add_fieldsets
+        workflow: dict[str, Any] = {"fields": WORKFLOW_FIELDS}
+        if obj.managed:
+            workflow["description"] = managed_note(obj)
+        return (
+            (None, {"fields": STATE_FIELDS}),
+            ("Workflow", workflow),
+            ("When", {"fields": SPEC_FIELDS}),
+            ("Policies", {"fields": POLICY_FIELDS}),
+            ("Note", {"fields": ("note",)}),
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        if obj is None:
+            return ()
+        if obj.managed:
+            return (*STATE_FIELDS, *DECLARED_FIELDS)
+        return STATE_FIELDS
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, str | list[str]]:
+        """Boxes the query string fills in (``add/?workflow=reports.daily&cron=@daily``):
+        the text boxes only (a date box given text would not render)."""
+        filled: dict[str, str | list[str]] = {}
+        for name in QUERY_FILLS & set(request.GET):
+            value = str(request.GET[name])
+            if "\x00" not in value and len(value) <= 10_000:
+                filled[name] = value
+        return filled
+
+    def get_form(
+        self, request: HttpRequest, obj: Schedule | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is not None:
+            form.base_fields.pop("paused", None)  # pausing is an action, with its note
+        return form
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        """Nothing to write: validating the form applied it through the runtime."""
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """No related rows."""
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Schedule | None:
+        if not is_schedule_id(object_id):
+            return None  # no schedule has it (and a NUL would upset PostgreSQL)
+        return super().get_object(request, object_id, from_field)
+
+    # -- deleting -----------------------------------------------------------------------------
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        schedule = self.get_object(request, unquote(object_id))
+        if schedule is not None and schedule.managed and self.has_view_permission(request, schedule):
+            self.message_user(request, managed_refusal(schedule), messages.ERROR)
+            return HttpResponseRedirect(self.url("change", schedule.pk))
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except (ScheduleManaged, ScheduleNotFound) as exc:  # changed or deleted meanwhile
+            self.message_user(request, as_sentence(exc.message), messages.ERROR)
+            return HttpResponseRedirect(self.url("changelist"))
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        runtime.delete_schedule(obj.pk, refuse_managed=True)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        for schedule_id in queryset.values_list("pk", flat=True):
+            runtime.delete_schedule(schedule_id, refuse_managed=True)
+
+    # -- a schedule's page --------------------------------------------------------------------
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Schedule | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context.update(self.state_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def state_context(self, request: HttpRequest, schedule: Schedule) -> dict[str, Any]:
+        """The recent actions table and the object tools of a schedule's page."""
+        described = runtime.describe_schedules([schedule], next_count=0)[0]
+        offered = self.get_actions(request)
+        buttons: list[ScheduleAction] = []
+        if TRIGGER.name in offered:
+            buttons.append(TRIGGER)
+        if PAUSE.name in offered:
+            buttons.append(UNPAUSE if schedule.paused else PAUSE)
+        return {
+            "weft_recent_actions": [action_row(action) for action in described.recent_actions],
+            "weft_buttons": buttons,
+            "weft_may_backfill": self.has_trigger_permission(request),
+            "weft_changelist_url": self.url("changelist"),
+            "weft_return_var": RETURN_TO,
+            "weft_show_utc": not operator_in_utc(),
+        }
+
+    def url(self, view: str, *args: Any) -> str:
+        opts = self.opts
+        return reverse(
+            f"admin:{opts.app_label}_{opts.model_name}_{view}", args=args, current_app=self.admin_site.name
+        )
+
+    @admin.display(description="spec")
+    def spec_in_words(self, schedule: Schedule) -> str:
+        return spec_of(schedule).describe()
+
+    @admin.display(description="state")
+    def state(self, schedule: Schedule) -> SafeString | str:
+        if schedule.paused:
+            note = f" ({schedule.note})" if schedule.note else ""
+            return format_html('<strong class="weft-paused">paused</strong>{}', note)
+        if schedule.next_fire_at is None:
+            return "ended: no fire time is left (past its end, or its cron matches no later date)"
+        return format_html("active: fires next at {}", moment(schedule.next_fire_at))
+
+    @admin.display(description="next fire times")
+    def next_fire_times(self, schedule: Schedule) -> SafeString | str:
+        times = runtime.describe_schedules([schedule], next_count=NEXT_FIRES_SHOWN)[0].next_fire_times
+        if not times:
+            return "none while paused" if schedule.paused else "none"
+        columns = time_columns(schedule)
+        head = format_html_join("", "<th>{}</th>", ((label,) for label, _ in columns))
+        cells = (
+            format_html_join(
+                "",
+                "<td>{}</td>",
+                ((date_format(t.astimezone(zone), "Y-m-d H:i:s T"),) for _, zone in columns),
+            )
+            for t in times
+        )
+        rows = format_html_join("", "<tr>{}</tr>", ((row,) for row in cells))
+        return format_html(
+            '<table class="weft-next-fires"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, rows
+        )
+
+    @admin.display(description="counters")
+    def counters(self, schedule: Schedule) -> SafeString:
+        missed = (
+            format_html(" (the last at {})", moment(schedule.last_missed_at))
+            if schedule.last_missed_at
+            else ""
+        )
+        return format_html(
+            '<span class="weft-counters">fired {} · skipped {} · missed {}{}</span>',
+            schedule.fired_count,
+            schedule.skipped_count,
+            schedule.missed_count,
+            missed,
+        )
+
+    @admin.display(description="buffered fires")
+    def buffered_fires(self, schedule: Schedule) -> SafeString | str:
+        if not schedule.buffered:
+            return "none"
+        items = format_html_join("", "<li>{} ({} UTC)</li>", (local_and_utc(t) for t in schedule.buffered))
+        return format_html(
+            '<ul class="weft-buffered">{}</ul>'
+            '<div class="help">Scheduled times waiting for run {} to finish.</div>',
+            items,
+            schedule.latest_workflow_id or "-",
+        )
+
+    @admin.display(description="runs")
+    def runs_of_schedule(self, schedule: Schedule) -> SafeString:
+        url = reverse("admin:django_weft_workflowrun_changelist", current_app=self.admin_site.name)
+        query = urlencode({"q": f"weft_schedule_id={schedule.pk}"})
+        return format_html('<a href="{}?{}" class="weft-schedule-runs">runs of this schedule</a>', url, query)
+
+    @admin.display(description="created")
+    def created(self, schedule: Schedule) -> str:
+        return moment(schedule.created_at)
+
+    @admin.display(description="updated")
+    def updated(self, schedule: Schedule) -> str:
+        return moment(schedule.updated_at)
+
+    # What the form's boxes hold, shown read-only (a managed schedule, a view-only user).
+
+    @admin.display(description="workflow", ordering="workflow_name")
+    def workflow(self, schedule: Schedule) -> str:
+        return schedule.workflow_name
+
+    @admin.display(description="every")
+    def every(self, schedule: Schedule) -> str:
+        return seconds_text(schedule.every_seconds) or "-"
+
+    @admin.display(description="offset")
+    def offset(self, schedule: Schedule) -> str:
+        return seconds_text(schedule.offset_seconds) or "-"
+
+    @admin.display(description="jitter")
+    def jitter(self, schedule: Schedule) -> str:
+        return seconds_text(schedule.jitter_seconds) or "-"
+
+    @admin.display(description="catch-up window")
+    def catchup_window(self, schedule: Schedule) -> str:
+        return seconds_text(schedule.catchup_window_seconds) or "0s"
+
+    # -- the backfill tool ----------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        view = self.admin_site.admin_view(BackfillView.as_view(model_admin=self))
+        return [
+            path("<path:object_id>/backfill/", view, name=f"{opts.app_label}_{opts.model_name}_backfill"),
+            *super().get_urls(),
+        ]
+
+
+def managed_note(schedule: Schedule) -> SafeString:
+    return format_html(
+        "Declared in code (workflow {}); change it there and run <code>manage.py weft_schedules sync</code>. "
+        "Here its note can be changed, and it can be paused, unpaused, triggered and backfilled.",
+        schedule.workflow_name,
+    )
+
+
+def managed_refusal(schedule: Schedule) -> str:
+    return (
+        f"Schedule {schedule.pk} is declared in code (workflow {schedule.workflow_name}), so it is not "
+        "deleted here: the next manage.py weft_schedules sync would create it again. Remove its "
+        "declaration and run manage.py weft_schedules sync --prune."
+    )
+
+
+def action_row(action: dict[str, Any]) -> dict[str, Any]:
+    """One row of a schedule's recent actions table."""
+    scheduled, scheduled_utc = local_and_utc(action.get("scheduled_at"))
+    actual, _ = local_and_utc(action.get("actual_at"))
+    return {
+        "scheduled": scheduled,
+        "scheduled_utc": scheduled_utc,
+        "actual": actual,
+        "outcome": outcome_badge(str(action.get("outcome"))),
+        "source": action.get("source") or "schedule",
+        "detail": action.get("detail") or "",
+        "run": run_link(action),
+    }
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+# -- Backfill -------------------------------------------------------------------------------------
+
+
+class BackfillView(ToolView):
+    """``<schedule id>/backfill/``: fire each scheduled time of a range once, now."""
+
+    tool = "backfill"
+    title = "Backfill"
+    submit_label = "Backfill"
+    form_class = BackfillForm
+    template_name = "admin/django_weft/schedule/backfill.html"
+    back_label = "Back to the schedule"
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        user = request.user
+        if not (user.is_active and user.is_staff and user.has_perm("django_weft.trigger_schedule")):
+            raise PermissionDenied("You need the trigger_schedule permission to backfill.")
+        # ToolView.dispatch checks the run tools' permissions; View.dispatch routes the method.
+        return super(ToolView, self).dispatch(request, *args, **kwargs)
+
+    def schedule(self, request: HttpRequest, object_id: str) -> Schedule:
+        found = self.admin.get_object(request, unquote(object_id))
+        if found is None:
+            raise Http404(f"No schedule has the id {object_id!r}.")
+        return found
+
+    def get(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        schedule = self.schedule(request, object_id)
+        return self.render(request, BackfillForm(), obj=schedule)
+
+    def post(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        schedule = self.schedule(request, object_id)
+        form = BackfillForm(request.POST)
+        outcome: Outcome | None = None
+        if form.is_valid() and self.within_limit(form, schedule):
+            data = form.cleaned_data
+            try:
+                fires = runtime.backfill_schedule(
+                    schedule.pk, data["start"], data["end"], overlap=data["overlap"]
+                )
+            except InvalidSchedule as exc:
+                self.add_error(form, exc, exc.field)
+            except ScheduleNotFound:
+                messages.error(request, f"Schedule {schedule.pk} no longer exists; nothing was backfilled.")
+                return HttpResponseRedirect(self.url("changelist"))
+            except WeftError as exc:
+                self.add_error(form, exc)
+            else:
+                outcome = backfill_outcome(data["start"], data["end"], fires)
+                if fires:
+                    self.admin.log_change(request, schedule, f"Backfilled: {outcome.summary}")
+        return self.render(request, form, obj=schedule, outcome=outcome)
+
+    @staticmethod
+    def within_limit(form: BackfillForm, schedule: Schedule) -> bool:
+        """Whether the range holds at most :data:`BACKFILL_LIMIT` scheduled times (an error
+        on ``end`` if not): counted on the spec, before the runtime locks anything."""
+        start, end = form.cleaned_data["start"], form.cleaned_data["end"]
+        if len(list(islice(spec_of(schedule).between(start, end), BACKFILL_LIMIT + 1))) <= BACKFILL_LIMIT:
+            return True
+        form.add_error(
+            "end",
+            f"The range holds more than {BACKFILL_LIMIT} scheduled times. Backfill at most {BACKFILL_LIMIT} "
+            "at a time: split it (a backfill is idempotent, so the pieces may overlap).",
+        )
+        return False
+
+    def render(self, request: HttpRequest, form: forms.Form, **kwargs: Any) -> TemplateResponse:
+        response = super().render(request, form, **kwargs)
+        response.context_data["weft_zone"] = timezone.get_current_timezone_name()  # type: ignore[index]
+        return response
+
+
+def backfill_outcome(start: datetime, end: datetime, fires: list[dict[str, Any]]) -> Outcome:
+    """What a backfill did: how many times in the range, and what each fire did."""
+    first, _ = local_and_utc(start)
+    last, _ = local_and_utc(end)
+    if not fires:
+        return Outcome("Nothing to backfill", f"No scheduled time falls between {first} and {last}.")
+    counts: dict[str, int] = {}
+    for fire in fires:
+        label = OUTCOME_LABELS.get(str(fire.get("outcome")), str(fire.get("outcome")))
+        counts[label] = counts.get(label, 0) + 1
+    tally = ", ".join(f"{count} {label}" for label, count in counts.items())
+    summary = f"{len(fires)} scheduled time{'s' if len(fires) != 1 else ''} from {first} to {last}: {tally}."
+    with_utc = not operator_in_utc()
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td>{}<td>{}</td><td>{}</td></tr>",
+        (
+            (
+                local,
+                format_html("<td>{}</td>", utc) if with_utc else "",
+                outcome_badge(str(fire.get("outcome"))),
+                _fire_cell(fire),
+            )
+            for fire in fires[:BACKFILL_ROWS_SHOWN]
+            for local, utc in [local_and_utc(fire.get("scheduled_at"))]
+        ),
+    )
+    more = len(fires) - BACKFILL_ROWS_SHOWN
+    table = format_html(
+        '<table class="weft-backfill-fires"><thead><tr><th>scheduled</th>{}'
+        "<th>outcome</th><th>run</th></tr></thead><tbody>{}</tbody></table>{}",
+        mark_safe("<th>UTC</th>") if with_utc else "",
+        rows,
+        format_html('<p class="help">… and {} more</p>', more) if more > 0 else "",
+    )
+    failed = any(fire.get("outcome") == "error" for fire in fires)
+    return Outcome("Backfilled", summary, value=table, failed=failed)
+
+
+def _fire_cell(fire: dict[str, Any]) -> SafeString | str:
+    if fire.get("run_id"):
+        url = reverse("admin:django_weft_workflowrun_change", args=[fire["run_id"]])
+        return format_html('<a href="{}">{}</a>', url, fire.get("workflow_id") or fire["run_id"])
+    return fire_words(fire)
+
+
+__all__ = ["BackfillView", "ScheduleAdmin"]
