@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
                 ('cursor', models.UUIDField(blank=True, null=True)),
                 ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
                 ('epoch', models.BigIntegerField(default=0)),
-                ('created_by', models.CharField(blank=True, default='', max_length=150)),
+                ('created_by', models.CharField(blank=True, default='', help_text='The username of who started the job.', max_length=255)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
                 ('updated_at', models.DateTimeField(auto_now=True)),
                 ('finished_at', models.DateTimeField(blank=True, null=True)),

@@ -54,7 +54,9 @@ class BulkJob(models.Model):
     cursor = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     epoch = models.BigIntegerField(default=0)
-    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_by = models.CharField(
+        max_length=255, blank=True, default="", help_text=_("The username of who started the job.")
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)

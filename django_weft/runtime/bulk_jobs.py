@@ -53,6 +53,7 @@ LEASE = timedelta(minutes=2)
 RUN_IDS_LISTED = 100
 """Run ids a job keeps per skip reason, and failures it keeps; the counts are complete."""
 RUNS_BY_LOOKUPS = "django_weft.runtime.bulk_jobs.runs_by_lookups"
+USERNAME_MAX_LENGTH = BulkJob._meta.get_field("created_by").max_length or 255
 
 RunsFrom = Callable[[BulkJob], QuerySet[WorkflowRun]]
 
@@ -196,8 +197,10 @@ def start_bulk_job(
     if not isinstance(spec, Mapping) or not all(isinstance(key, str) for key in spec):
         raise InvalidInput("filter must be a dict with string keys", field="filter")
     spec = _checked_json(dict(spec), "filter")
-    if not isinstance(user, str):
-        raise InvalidInput(f"user must be a username (a string); got {type(user).__name__}", field="user")
+    if not isinstance(user, str) or len(user) > USERNAME_MAX_LENGTH:
+        raise InvalidInput(
+            f"user must be a username (a string of at most {USERNAME_MAX_LENGTH} characters)", field="user"
+        )
     store = get_store()
     job = BulkJob(
         id=uuid.uuid4(),
@@ -206,7 +209,7 @@ def start_bulk_job(
         runs_from=runs_from,
         as_of=as_of or store.db_now(),
         reason=reason or "",
-        created_by=user[:150],
+        created_by=user,
     )
     job.matched = count_runs(runs_of_job(job))
     fields = {field.attname: getattr(job, field.attname) for field in BulkJob._meta.concrete_fields}
@@ -261,14 +264,15 @@ def process_bulk_jobs(batch: int | None = None) -> int:
         if job.cursor is not None:
             runs = runs.filter(pk__gt=job.cursor)
         ids: list[uuid.UUID] = list(runs.order_by("pk").values_list("pk", flat=True)[:size])
+        # Each run's own error is caught inside; what reaches here is about the job.
+        outcome = apply_bulk(job.action, ids, reason=job.reason or None, batch_size=size)
     except DatabaseError:
-        raise
+        raise  # the lease expires and a later tick tries again
     except Exception as exc:
         error = exc.message if isinstance(exc, WeftError) else f"{type(exc).__name__}: {exc}"
-        logger.exception("bulk job %s: its runs cannot be read; the job fails", job.pk)
+        logger.exception("bulk job %s: cannot go on (its runs cannot be read); the job fails", job.pk)
         store.fail_bulk_job(job.pk, job.epoch, error)
         return 0
-    outcome = apply_bulk(job.action, ids, reason=job.reason or None, batch_size=size)
     recorded = store.record_bulk_batch(
         job.pk,
         job.epoch,

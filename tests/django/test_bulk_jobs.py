@@ -257,6 +257,17 @@ def test_a_job_whose_runs_cannot_be_read_fails_with_the_error_and_changes_nothin
     assert process_bulk_jobs() == 0
 
 
+def test_a_job_whose_stored_action_is_unknown_fails_instead_of_stopping_every_tick() -> None:
+    run_id = started("odd-action")
+    job = start_bulk_job("cancel", {"workflow_name": "tests.sleepy"})
+    BulkJob.objects.filter(pk=job.id).update(action="explode")  # written by hand, say
+
+    assert process_bulk_jobs() == 0
+    final = get_bulk_job(job.id)
+    assert final.status == "failed" and "unknown bulk operation 'explode'" in final.error
+    assert status(run_id) == "running"
+
+
 def test_the_tick_works_on_open_jobs() -> None:
     ids = [started(f"ticked-{i}") for i in range(3)]
     job = start_bulk_job("cancel", {"workflow_name": "tests.sleepy"})
@@ -314,6 +325,7 @@ def test_two_processes_share_the_jobs_and_each_run_is_counted_once(
         ({"filter": {"status__bogus": 1}}, "filter", "the filter cannot be applied"),
         ({"filter": {"workflow_id": "a\x00b"}}, "filter", "NUL character"),
         ({"reason": "a\ud800"}, "reason", "lone surrogate"),
+        ({"user": "u" * 256}, "user", "at most 255 characters"),
         ({"runs_from": "tests.nowhere.runs"}, None, "cannot be imported"),
         ({"runs_from": "django_weft.runtime.bulk_jobs.RUN_IDS_LISTED"}, None, "is not a function"),
         (
