@@ -16,6 +16,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from ..engine.errors import (
+    BulkJobNotFound,
     InvalidInput,
     InvalidTransition,
     QueryFailed,
@@ -76,6 +77,7 @@ _WEFT_ERRORS: list[tuple[type[WeftError], int, str]] = [
     (WorkflowNotFound, 404, "not_found"),
     (UpdateNotFound, 404, "not_found"),
     (ScheduleNotFound, 404, "not_found"),
+    (BulkJobNotFound, 404, "not_found"),
     (WorkflowAlreadyExists, 409, "already_exists"),
     (ScheduleAlreadyExists, 409, "already_exists"),
     (ScheduleManaged, 409, "conflict"),

@@ -1,21 +1,27 @@
-"""Filters of ``GET runs/`` (django-filter), plus ``search.<attr>=<value>`` on search
-attributes; and those of ``GET schedules/``."""
+"""Which runs a request may see (``WEFT_API_RUN_FILTER``); the filters of ``GET runs/``
+(django-filter), plus ``search.<attr>=<value>`` on search attributes, which ``POST
+runs/bulk/`` applies too; and those of ``GET schedules/``."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import django_filters
 from django import forms
+from django.http import QueryDict
+from django.utils.module_loading import import_string
 from django_filters.fields import IsoDateTimeField
 from rest_framework import exceptions
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
+from ..conf import weft_settings
 from ..engine.records import RunStatus
 from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
@@ -117,25 +123,65 @@ class SearchAttributeFilter(BaseFilterBackend):
     def filter_queryset(
         self, request: Request, queryset: WorkflowRunQuerySet, view: Any
     ) -> WorkflowRunQuerySet:
-        for key in request.query_params:
-            if not key.startswith(SEARCH_PREFIX):
-                continue
-            attribute = key[len(SEARCH_PREFIX) :]
-            if not _ATTRIBUTE.fullmatch(attribute) or "__" in attribute:
-                raise exceptions.ValidationError(
-                    {
-                        key: "A search attribute name is letters, digits, _ and - (no double _), "
-                        "starting with a letter or _."
-                    }
-                )
-            for raw in request.query_params.getlist(key):
-                if "\x00" in raw:
-                    raise exceptions.ValidationError(
-                        {key: "A search value must not contain a NUL character."}
-                    )
-                matches = [queryset.search(**{attribute: value}) for value in _candidates(raw)]
-                combined = matches[0]
-                for extra in matches[1:]:
-                    combined = combined | extra
-                queryset = combined
-        return queryset
+        return filter_by_search_attributes(queryset, request.query_params)
+
+
+def visible_runs(request: Request) -> WorkflowRunQuerySet:
+    """The runs this request may see at all: ``WEFT_API_RUN_FILTER`` applied."""
+    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).all()
+    path = weft_settings.API_RUN_FILTER
+    if path is None:
+        return runs
+    return run_filter(path)(request, runs)
+
+
+@lru_cache(maxsize=4)
+def run_filter(path: str) -> Callable[[Request, WorkflowRunQuerySet], WorkflowRunQuerySet]:
+    """The function ``WEFT_API_RUN_FILTER`` names."""
+    return import_string(path)
+
+
+def filter_by_search_attributes(queryset: WorkflowRunQuerySet, params: QueryDict) -> WorkflowRunQuerySet:
+    """The ``search.<attr>`` parameters of ``params`` applied to ``queryset``; a bad name or
+    value is a DRF ``ValidationError`` naming the parameter."""
+    for key in params:
+        if not key.startswith(SEARCH_PREFIX):
+            continue
+        attribute = key[len(SEARCH_PREFIX) :]
+        if not _ATTRIBUTE.fullmatch(attribute) or "__" in attribute:
+            raise exceptions.ValidationError(
+                {
+                    key: "A search attribute name is letters, digits, _ and - (no double _), "
+                    "starting with a letter or _."
+                }
+            )
+        for raw in params.getlist(key):
+            if "\x00" in raw:
+                raise exceptions.ValidationError({key: "A search value must not contain a NUL character."})
+            matches = [queryset.search(**{attribute: value}) for value in _candidates(raw)]
+            combined = matches[0]
+            for extra in matches[1:]:
+                combined = combined | extra
+            queryset = combined
+    return queryset
+
+
+def filter_runs(queryset: WorkflowRunQuerySet, params: QueryDict) -> WorkflowRunQuerySet:
+    """``params`` (a query string's parameters) applied as ``GET runs/`` applies them:
+    :class:`RunFilter`, then ``search.<attr>``. A parameter that is neither is refused,
+    and so is a bad value, as a DRF ``ValidationError`` naming the parameter. A bulk job
+    uses this, so that it acts on the runs the list shows for the same filter."""
+    known = set(RunFilter.base_filters)
+    unknown = {
+        key: [f"Unknown filter; use {', '.join(RunFilter.Meta.fields)} or search.<attr>."]
+        for key in params
+        if key not in known and not key.startswith(SEARCH_PREFIX)
+    }
+    if unknown:
+        raise exceptions.ValidationError(unknown)
+    filterset = RunFilter(params, queryset=queryset)
+    if not filterset.is_valid():
+        raise exceptions.ValidationError(
+            {key: [str(error) for error in errors] for key, errors in filterset.errors.items()}
+        )
+    return filter_by_search_attributes(filterset.qs, params)

@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from ..conf import weft_settings
 
 #: The ``WorkflowRun`` permission each operation needs (view actions are named as in the viewset).
+#: ``runs/bulk/`` is checked twice: as ``bulk``, then under the name of the action it applies.
 ACTION_PERMISSIONS: dict[str, str] = {
     "list": "view_workflowrun",
     "retrieve": "view_workflowrun",
@@ -25,11 +26,14 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "query": "view_workflowrun",
     "workflows": "view_workflowrun",
     "metadata": "view_workflowrun",
+    "bulk": "view_workflowrun",
+    "bulk_job": "view_workflowrun",
     "create": "add_workflowrun",
     "signal": "signal_workflowrun",
     "send_update": "update_workflowrun",
     "cancel": "cancel_workflowrun",
     "retry": "cancel_workflowrun",
+    "terminate": "cancel_workflowrun",
     "suspend": "suspend_workflowrun",
     "resume": "suspend_workflowrun",
 }

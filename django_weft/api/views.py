@@ -8,15 +8,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
-from functools import lru_cache
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, QuerySet
-from django.utils.module_loading import import_string
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -44,12 +43,16 @@ from ..models import Schedule, WorkflowRun
 from ..models.schedules import SCHEDULE_ID_MAX_LENGTH
 from ..runtime.schedules import SCHEDULE_ID as SCHEDULE_ID_PATTERN
 from . import serializers as s
+from .bulk import RUNS_FROM, runs_seen_by
+from .bulk import params_of as bulk_params
 from .exceptions import weft_exception_handler
-from .filters import RunFilter, ScheduleFilter, SearchAttributeFilter
+from .filters import RunFilter, ScheduleFilter, SearchAttributeFilter, filter_runs, visible_runs
 from .pagination import RunCursorPagination, ScheduleCursorPagination
 from .parsers import BoundedJSONParser, body_limit, declared_length, too_large
 from .permissions import permission_classes
 from .schema import document
+
+logger = logging.getLogger("django_weft.api")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 _REF_PLACEHOLDER = "--weft-run-ref--"
@@ -93,20 +96,6 @@ class WeftAPIView(APIView):
         super().initial(request, *args, **kwargs)
 
 
-def visible_runs(request: Request) -> QuerySet[WorkflowRun]:
-    """The runs this request may see at all: ``WEFT_API_RUN_FILTER`` applied."""
-    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).all()
-    path = weft_settings.API_RUN_FILTER
-    if path is None:
-        return runs
-    return _run_filter(path)(request, runs)
-
-
-@lru_cache(maxsize=4)
-def _run_filter(path: str) -> Callable[[Request, QuerySet[WorkflowRun]], QuerySet[WorkflowRun]]:
-    return import_string(path)
-
-
 def _wait(raw: Any, what: str = "wait") -> float:
     """A ``wait`` in seconds from a client, capped by ``WEFT_API_MAX_WAIT``."""
     if raw is None or raw == "":
@@ -140,6 +129,9 @@ WAIT = OpenApiParameter(
     OpenApiParameter.QUERY,
     required=False,
     description="Seconds to wait for an outcome (long poll), capped by WEFT_API_MAX_WAIT. Default 0.",
+)
+JOB_ID = OpenApiParameter(
+    "job_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The bulk job's id."
 )
 IDEMPOTENCY = OpenApiParameter(
     IDEMPOTENCY_HEADER,
@@ -474,6 +466,95 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, ref: str) -> Response:
         return self._transition(ref, runtime.retry)
+
+    # -- bulk operations ---------------------------------------------------------------
+
+    @document(
+        summary="Apply a lifecycle operation to every run a filter matches",
+        description="With dry_run: 200 and the count of runs the filter matches now (the runs "
+        "GET runs/ lists for the same filter; one COUNT). Without: 202 and a job, stored; the tick "
+        "works through it a batch at a time (runs created after the job started are left alone); "
+        "GET its url for progress. Needs view_workflowrun and the action's permission.",
+        request=s.BulkRequestSerializer,
+        responses={
+            200: OpenApiResponse(s.BulkCountSerializer, description="dry_run: the count; nothing changed."),
+            202: OpenApiResponse(s.BulkJobStartedSerializer, description="The job; Location names it."),
+            **_errors(),
+        },
+    )
+    @action(detail=False, methods=["post"], url_path="bulk", url_name="bulk")
+    def bulk(self, request: Request) -> Response:
+        body = s.BulkRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        # The route needs view_workflowrun (checked already); the action needs its own
+        # permission too, checked by the same permission classes under the action's name.
+        self.weft_action = data["action"]
+        self.check_permissions(request)
+        try:
+            runs = filter_runs(visible_runs(request), bulk_params(data["filter"]))
+        except exceptions.ValidationError as exc:
+            raise exceptions.ValidationError({"filter": exc.detail}) from None
+        if data["dry_run"]:
+            return Response({"count": runtime.count_runs(runs)})
+        username = request.user.get_username() if request.user.is_authenticated else ""
+        if weft_settings.API_RUN_FILTER is not None:
+            _check_the_tick_sees_the_same_runs(runs, username, data["filter"])
+        job = runtime.start_bulk_job(
+            data["action"],
+            data["filter"],
+            reason=data.get("reason") or None,
+            user=username,
+            runs_from=RUNS_FROM,
+        )
+        shaped = self._job_shape(job)
+        return Response(
+            {"job": shaped, "url": shaped["url"]},
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": shaped["url"]},
+        )
+
+    @document(
+        summary="A bulk job's progress",
+        description="Counts of runs done, skipped and failed so far, the skip reasons with the run "
+        "ids of each (the first 100), the failures, and the job's status.",
+        parameters=[JOB_ID],
+        responses={200: s.BulkJobSerializer, **_errors()},
+    )
+    @action(detail=False, methods=["get"], url_path=r"bulk/(?P<job_id>[^/]+)", url_name="bulk-job")
+    def bulk_job(self, request: Request, job_id: str) -> Response:
+        job = runtime.get_bulk_job(job_id)
+        # With a run filter, a job names runs of its creator's: only its creator sees it.
+        if weft_settings.API_RUN_FILTER is not None and job.created_by != request.user.get_username():
+            raise exceptions.NotFound(f"no bulk job with id {job_id!r}")
+        return Response(self._job_shape(job))
+
+    def _job_shape(self, job: runtime.BulkJobRecord) -> dict[str, Any]:
+        url = self.reverse_action("bulk-job", kwargs={"job_id": job.id})
+        return dict(s.BulkJobSerializer({**job.as_dict(), "url": url}).data)
+
+
+def _check_the_tick_sees_the_same_runs(
+    runs: QuerySet[WorkflowRun], username: str, spec: dict[str, list[str]]
+) -> None:
+    """Refuse a job whose runs the tick could not find again: ``WEFT_API_RUN_FILTER`` is
+    applied to a stand-in request there (the user only), which must give the runs this
+    request gives. Two ``EXISTS`` over the matching runs, only with a run filter."""
+    try:
+        again = filter_runs(runs_seen_by(username), bulk_params(spec))
+    except Exception:  # the project's run filter cannot take the stand-in (it reads a header...)
+        logger.info("bulk: WEFT_API_RUN_FILTER fails on a stand-in request", exc_info=True)
+        again = None
+    if (
+        again is None
+        or runs.exclude(pk__in=again.values("pk")).exists()
+        or again.exclude(pk__in=runs.values("pk")).exists()
+    ):
+        raise exceptions.PermissionDenied(
+            "WEFT_API_RUN_FILTER gives other runs for this request than for its user alone, so a bulk "
+            "job, which applies it later without the request, cannot be started; make the run filter "
+            "depend on request.user only"
+        )
 
 
 SCHEDULE_ID = OpenApiParameter(

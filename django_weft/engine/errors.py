@@ -78,6 +78,10 @@ class ScheduleNotFound(WeftError, LookupError):
     """No schedule has the given id."""
 
 
+class BulkJobNotFound(WeftError, LookupError):
+    """No bulk job has the given id."""
+
+
 class ScheduleAlreadyExists(WeftError):
     """A schedule with that id exists already (update it, or delete it first)."""
 

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+from .bulk import BulkJob
 from .messages import Signal, Update, UpdateStatus
 from .runs import WorkflowRun
 from .schedules import Schedule
 from .steps import Step
 from .timers import Timer
 
-__all__ = ["Schedule", "Signal", "Step", "Timer", "Update", "UpdateStatus", "WorkflowRun"]
+__all__ = ["BulkJob", "Schedule", "Signal", "Step", "Timer", "Update", "UpdateStatus", "WorkflowRun"]

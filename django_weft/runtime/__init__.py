@@ -6,13 +6,15 @@ concern: :mod:`.process` (this process's engine and store, the on-commit doorbel
 :mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
 suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
 :mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
-:mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs); and :mod:`.dispatch`,
+:mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs), :mod:`.bulk_jobs`
+(the same on every run a filter matches, by the tick); and :mod:`.dispatch`,
 :mod:`.heartbeat`, :mod:`.validation`.
 """
 
 from __future__ import annotations
 
 from .bulk import BulkFailure, BulkOutcome, BulkRun, apply_bulk, count_runs, refusal_for
+from .bulk_jobs import BulkJobRecord, get_bulk_job, process_bulk_jobs, start_bulk_job
 from .dispatch import delivers, get_dispatcher
 from .inprocess import InProcessWorker
 from .lifecycle import cancel, resume, retry, suspend
@@ -70,6 +72,7 @@ __all__ = [
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
     "BulkFailure",
+    "BulkJobRecord",
     "BulkOutcome",
     "BulkRun",
     "FinishedPerMinute",
@@ -106,6 +109,7 @@ __all__ = [
     "dispatch_finalizer",
     "finished_per_minute",
     "fire_due_schedules",
+    "get_bulk_job",
     "get_dispatcher",
     "get_engine",
     "get_run",
@@ -113,6 +117,7 @@ __all__ = [
     "history",
     "list_schedules",
     "pause_schedule",
+    "process_bulk_jobs",
     "purge_expired",
     "query",
     "read_history",
@@ -131,6 +136,7 @@ __all__ = [
     "signal",
     "signal_with_start",
     "start",
+    "start_bulk_job",
     "start_with",
     "status_report",
     "suspend",

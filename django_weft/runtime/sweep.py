@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..conf import weft_settings
 from ..engine.ports import Dispatcher
+from .bulk_jobs import process_bulk_jobs
 from .dispatch import delivers, get_dispatcher
 from .process import get_store
 from .retention import purge_expired
@@ -32,6 +33,8 @@ class TickReport:
     """Finalizer attempts sent (first attempts of timed-out runs, retries, lost attempts)."""
     schedules: int = 0
     """Schedules that were due (or held buffered fires) and were handled."""
+    bulk: int = 0
+    """Runs a bulk job reached (changed, skipped or failed): one batch of one job per tick."""
 
 
 _last_purge = [0.0]
@@ -45,7 +48,8 @@ ticks for long;
 
 
 def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None = None) -> TickReport:
-    """One sweep: fire due timers and schedules, then dispatch runnable runs and expired leases.
+    """One sweep: fire due timers and schedules, dispatch runnable runs and expired leases,
+    then work on one batch of a bulk job.
 
     Safe to run from several processes at once: rows are taken with
     ``select_for_update(skip_locked=True)``, so each timer fires once.
@@ -86,6 +90,7 @@ def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None
         report.dispatched = len(ids)
         report.run_ids = ids
         report.taken_over = expired
+    report.bulk = process_bulk_jobs(batch)
     if time.monotonic() - _last_purge[0] > PURGE_EVERY:
         _last_purge[0] = time.monotonic()
         report.purged = purge_expired(batch=batch, max_batches=PURGE_MAX_BATCHES).purged_total

@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
 from django_weft import client
+from django_weft.api.bulk import RUNS_FROM
 from django_weft.api.exceptions import _DRF_CODES, _WEFT_ERRORS
 from django_weft.models import Schedule
-from django_weft.runtime import sync_schedules
+from django_weft.runtime import process_bulk_jobs, start_bulk_job, sync_schedules
 
 from .conftest import PASSWORD, WEFT_PERMISSIONS, Api, make_user
 
@@ -66,7 +67,7 @@ def test_the_schema_and_its_pages_are_served_from_local_files(api: Api) -> None:
 
 
 @pytest.mark.fuzz
-# 23 operations, valid and invalid input, up to 50 examples each: about two minutes per
+# 25 operations, valid and invalid input, up to 50 examples each: about two minutes per
 # database on a busy two-core machine, over the suite's default timeout.
 @pytest.mark.timeout(400)
 @pytest.mark.django_db(transaction=True)
@@ -74,9 +75,11 @@ def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None
     make_user("fuzz", staff=True, permissions=WEFT_PERMISSIONS)
     client.start("tests.m.cart", args=["fuzz"], id="fuzz-cart")
     sync_schedules()  # a schedule declared in code
+    job = start_bulk_job("cancel", {"workflow_id": ["no-such-run"]}, user="fuzz", runs_from=RUNS_FROM)
+    process_bulk_jobs()
     schema = schemathesis.openapi.from_url(f"{live_server.url}/api/weft/schema/?format=json", headers=AUTH)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 23  # every route and method of the REST table
+    assert len(operations) == 25  # every route and method of the REST table
     calls = 0
     for operation, mode in itertools.product(operations, schemathesis.GenerationMode):
 
@@ -99,6 +102,9 @@ def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None
             # almost never do): one made by hand, or the one declared in code.
             if case.path_parameters and "id" in case.path_parameters and calls % 2:
                 case.path_parameters["id"] = _fuzzed_schedule(calls)
+            # Likewise for a bulk job's progress: every other call names the one made above.
+            if case.path_parameters and "job_id" in case.path_parameters and calls % 2:
+                case.path_parameters["job_id"] = job.id
             case.call_and_validate(
                 base_url=live_server.url,
                 headers=AUTH,

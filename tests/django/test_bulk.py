@@ -165,7 +165,7 @@ def test_ids_outside_the_runs_or_outside_within_are_skipped_as_no_such_run() -> 
         (lambda ids: apply_bulk("cancel", [*ids, "order-1"]), "not a run id: 'order-1'; nothing was changed"),
         (lambda ids: apply_bulk("cancel", [*ids, None]), "not a run id: None"),
         (lambda ids: apply_bulk("cancel", ids[0]), "as a list, not a single string"),
-        (lambda ids: apply_bulk("terminate", ids), "unknown bulk operation 'terminate'; use one of cancel"),
+        (lambda ids: apply_bulk("explode", ids), "unknown bulk operation 'explode'; use one of cancel"),
         (lambda ids: apply_bulk("suspend", ids, reason="why"), "suspend takes no reason"),
         (lambda ids: apply_bulk("cancel", ids, reason=7), "reason must be a string; got int"),
         (lambda ids: apply_bulk("cancel", ids, batch_size=0), "batch_size must be a whole number"),
