@@ -80,9 +80,10 @@ class StoreBase:
     ) -> None:
         if status == RunStatus.COMPLETED:
             self._announce(signals.run_completed, run_id, workflow_id, workflow_name)
-        elif status == RunStatus.FAILED:
+        elif status in (RunStatus.FAILED, RunStatus.CANCELLED):
             error = codec.loads(error_json) if error_json else None
-            self._announce(signals.run_failed, run_id, workflow_id, workflow_name, error=error)
+            signal = signals.run_failed if status == RunStatus.FAILED else signals.run_cancelled
+            self._announce(signal, run_id, workflow_id, workflow_name, error=error)
 
     def _announce(
         self, signal: Signal, run_id: uuid.UUID | str, workflow_id: str, workflow_name: str, **extra: Any
