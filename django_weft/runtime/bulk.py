@@ -50,10 +50,15 @@ def _cancel(run_id: str, reason: str | None) -> object:
     return lifecycle.cancel(run_id, reason)
 
 
+def _request_cancel(run_id: str, reason: str | None) -> object:
+    return lifecycle.cancel(run_id, reason, mode="request")
+
+
 OPERATIONS: Mapping[str, BulkOperation] = {
     operation.name: operation
     for operation in (
         BulkOperation("cancel", _cancel, ACTIVE_STATUSES, "not active", takes_reason=True),
+        BulkOperation("request_cancel", _request_cancel, ACTIVE_STATUSES, "not active", takes_reason=True),
         BulkOperation(
             "suspend",
             lambda run_id, _: lifecycle.suspend(run_id),
@@ -261,7 +266,7 @@ def apply_bulk(
     within: QuerySet[WorkflowRun] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> BulkOutcome:
-    """Apply ``operation`` ("cancel", "suspend", "resume" or "retry") to each run.
+    """Apply ``operation`` ("cancel", "request_cancel", "suspend", "resume" or "retry") to each run.
 
     ``runs`` is a ``WorkflowRun`` queryset (read in batches of ``batch_size`` by primary
     key, so runs that leave its filter as they change are not skipped; runs that enter it
@@ -274,7 +279,8 @@ def apply_bulk(
     followed to the run it continued as); an unexpected error is logged and recorded in
     ``failed``, and the rest go on.
 
-    ``reason`` is for ``cancel`` only. Raises ``InvalidInput`` before changing anything
+    ``reason`` is for ``cancel`` and ``request_cancel`` only (the latter sends each run a
+    cancellation request, as ``cancel(mode="request")``). Raises ``InvalidInput`` before changing anything
     for an unknown operation, a reason the operation does not take, an id that is not a
     UUID, a sliced queryset or a batch size below 1.
     """
