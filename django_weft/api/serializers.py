@@ -32,6 +32,17 @@ class DurationField(serializers.JSONField):
 # -- runs ------------------------------------------------------------------------------
 
 
+class CancelRequestStateSerializer(serializers.Serializer):
+    reason = serializers.CharField(allow_null=True)
+    requested_at = serializers.DateTimeField()
+    seq = serializers.IntegerField(
+        allow_null=True, help_text="Where the workflow received it in its history; null while pending."
+    )
+    from_parent = serializers.BooleanField(
+        required=False, help_text="Sent by its parent's request_cancel close policy."
+    )
+
+
 class RunSerializer(serializers.Serializer):
     """A run: the keys of ``handle.describe()`` plus ``url``."""
 
@@ -56,6 +67,9 @@ class RunSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     parent_run_id = serializers.UUIDField(allow_null=True)
+    cancel_request = CancelRequestStateSerializer(
+        allow_null=True, help_text="The latest cancellation request (mode request), or null."
+    )
     url = serializers.URLField()
 
 
@@ -163,6 +177,13 @@ class QueryResultSerializer(serializers.Serializer):
 
 class CancelRequestSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=2000)
+    mode = serializers.ChoiceField(
+        choices=[("terminate", "terminate"), ("request", "request")],
+        required=False,
+        default="terminate",
+        help_text="terminate (default): cancelled now. request: the workflow receives a "
+        "cancellation request at its current or next blocking point and may clean up first.",
+    )
 
 
 class TransitionSerializer(serializers.Serializer):
