@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from . import codec, faults
-from .errors import ActivityFailed, CancellationRequested, PayloadError, WorkflowCancelled
+from .errors import ActivityFailed, CancellationRequested, PayloadError
 from .records import (
     TERMINAL_STATUSES,
     CancelRequest,
@@ -140,7 +140,7 @@ def is_retryable(policy: RetryPolicy, exc: BaseException) -> bool:
     the policy's ``non_retryable`` types, nor for a result that is not JSON (retrying
     would produce the same result), nor for an activity that stopped because its run
     asked for cancellation (``CancellationRequested`` from ``heartbeat()``)."""
-    return policy.is_retryable(exc) and not isinstance(exc, PayloadError | WorkflowCancelled)
+    return policy.is_retryable(exc) and not isinstance(exc, PayloadError | CancellationRequested)
 
 
 @dataclass(frozen=True)

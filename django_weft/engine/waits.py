@@ -38,8 +38,11 @@ def wait_all(ctx: WorkflowContext, handles: Sequence[Handle]) -> list[Any]:
         ctx._seq += 1
         ctx._messages.replay_handlers()
 
+    recorded_marker: list[bool] = []
+
     def record_marker() -> None:
-        if not marked:
+        if not marked and not recorded_marker:
+            recorded_marker.append(True)
             marker = ctx._step(
                 ctx._handler_position(),
                 StepKind.WAIT,
