@@ -15,7 +15,7 @@ from django.dispatch import Signal
 from .. import signals
 from ..conf import weft_settings
 from ..engine import codec
-from ..engine.error_types import ErrorType
+from ..engine.error_types import UPDATE_ERROR_ON_CLOSE, ErrorType
 from ..engine.errors import (
     Deposed,
 )
@@ -30,7 +30,8 @@ logger = logging.getLogger("django_weft.store")
 
 def _unanswered_error(status: str) -> dict[str, str]:
     return {
-        "type": ErrorType.RUN_FINISHED,
+        # A run its workflow ended cancelled answers as an external cancel would.
+        "type": UPDATE_ERROR_ON_CLOSE.get(status, ErrorType.RUN_FINISHED),
         "message": f"the run finished ({status}) before it applied this update",
     }
 

@@ -169,6 +169,10 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             raise self._refuse(run_pk, run, "asked to cancel", "an active")
         current = CancelRequest.of(run["cancel_request"])
         if current is not None and current.pending:
+            if from_parent and not current.from_parent:
+                # The parent's request is the pending one too: the sweep need not send it.
+                marked = replace(current, from_parent=True).as_json()
+                self._runs().filter(pk=run_pk).update(cancel_request=marked)
             return Transition.of(run_pk, run, RunStatus(run["status"]), duplicate=True)
         now = self._transition_now()
         request = CancelRequest(

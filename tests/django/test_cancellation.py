@@ -263,7 +263,7 @@ def test_pending_updates_fail_and_the_finalizer_runs_when_the_request_ends_the_r
     run = run_of(handle.run_id)
     assert run.finalizer["status"] == "completed" and run.finalizer["result"] == "cleaned waiting"
     update = Update.objects.get(run_id=handle.run_id)
-    assert update.status == "failed" and update.error["type"] == "django_weft.RunFinished"
+    assert update.status == "failed" and update.error["type"] == "django_weft.RunCancelled"
 
 
 def test_a_crash_before_the_request_is_recorded_leaves_it_for_the_next_owner() -> None:
@@ -429,3 +429,16 @@ def test_a_retry_that_removes_the_received_request_makes_it_pending_again() -> N
         "cancel_request",
         "activity",
     ]
+
+
+def test_a_child_with_a_pending_request_keeps_it_as_its_parents() -> None:
+    parent = client.start("tests.x.parent", args=["pp"])
+    engine = make_engine()
+    engine.store.close_children = lambda run_id, reason: []  # type: ignore[method-assign]
+    assert engine.run_turn(parent.run_id) == TurnOutcome.COMPLETED
+    polite = WorkflowRun.objects.get(parent_id=parent.run_id, parent_close_policy="request_cancel")
+    client.get_handle(str(polite.pk)).cancel("asked first", mode="request")
+    DjangoStore().close_orphaned_children(100)  # the parent's request: one is pending already
+    request = run_of(str(polite.pk)).cancel_request
+    assert request["reason"] == "asked first" and request["from_parent"] is True
+    assert str(polite.pk) not in DjangoStore().close_orphaned_children(100)

@@ -131,6 +131,8 @@ class MemoryStore:
             if run.status not in ACTIVE_STATUSES:
                 raise WorkflowTerminalError(f"run {run_id} is {run.status}", run_id=run_id, status=run.status)
             if run.cancel_request is not None and run.cancel_request.pending:
+                if from_parent:
+                    run.cancel_request = replace(run.cancel_request, from_parent=True)
                 return False
             run.cancel_request = CancelRequest(
                 self.now.isoformat(),
