@@ -13,6 +13,7 @@ from .engine.declared_schedules import schedule
 from .engine.durations import parse_duration
 from .engine.errors import (
     ActivityFailed,
+    CancellationRequested,
     ChildWorkflowFailed,
     ConfigurationError,
     Deposed,
@@ -53,6 +54,7 @@ __all__ = [
     "Activity",
     "ActivityFailed",
     "ActivityInfo",
+    "CancellationRequested",
     "ChildWorkflowFailed",
     "ConfigurationError",
     "Deposed",

@@ -68,9 +68,14 @@ class WorkflowHandle:
         """The outcome of an accepted update (waits up to ``wait`` seconds for it)."""
         return runtime.update_result(self.run_id, update_id, wait=wait)
 
-    def cancel(self, reason: str | None = None) -> str:
-        """Cancel the run now (see :func:`django_weft.runtime.cancel`); returns ``"cancelled"``."""
-        return runtime.cancel(self.run_id, reason)
+    def cancel(self, reason: str | None = None, *, mode: str = "terminate") -> str:
+        """Cancel the run (see :func:`django_weft.runtime.cancel`) and return its status.
+
+        ``mode="terminate"`` (default): ``cancelled`` now, whatever the workflow is doing.
+        ``mode="request"``: the workflow receives ``CancellationRequested`` at its current
+        or next blocking point and may clean up (or carry on); returns the status then
+        (``running`` for a parked run it woke)."""
+        return runtime.cancel(self.run_id, reason, mode=mode)
 
     def suspend(self) -> str:
         """Suspend the run until :meth:`resume`; returns ``"suspended"``."""

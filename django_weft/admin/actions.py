@@ -87,10 +87,26 @@ CANCEL = RunAction(
     "cancel",
     "Cancel",
     "cancelled",
-    "A cancelled run stops at once and for good: its pending timers are removed, its pending "
-    "updates fail, its children are handled by their parent-close policy and its finalizer "
-    "runs. Finished runs are skipped.",
+    "Cancel now: a cancelled run stops at once and for good: its pending timers are removed, "
+    "its pending updates fail, its children are handled by their parent-close policy and its "
+    "finalizer runs. Request cancellation instead to let the workflow clean up: it receives the "
+    "request at its current or next blocking point (waking from a sleep or a wait), may run "
+    "durable clean-up steps, and then finishes cancelled (or carries on, if its code says so). "
+    "Finished runs are skipped.",
     takes_reason=True,
+)
+REQUEST_CANCEL = RunAction(
+    "cancel_runs",
+    "request_cancel",
+    "Request cancellation of",
+    "asked to cancel",
+    "",
+    takes_reason=True,
+)
+"""The cancel action confirmed with "request cancellation": its operation and messages."""
+CANCEL_MODES = (
+    ("terminate", "Cancel now"),
+    ("request", "Request cancellation (the workflow can clean up)"),
 )
 SUSPEND = RunAction(
     "suspend_runs",
@@ -123,14 +139,25 @@ ACTIONS_BY_NAME: dict[str, RunAction] = {action.name: action for action in (CANC
 
 
 class ReasonForm(forms.Form):
-    """The optional reason on the cancel confirmation (stored with each cancelled run)."""
+    """The cancel confirmation's choices: cancel now or request cancellation, and an
+    optional reason (stored with each run)."""
 
+    # Not required: a confirmation posted without it (an older page, a script) cancels now.
+    mode = forms.ChoiceField(
+        choices=CANCEL_MODES, initial="terminate", required=False, widget=forms.RadioSelect
+    )
     reason = forms.CharField(
         required=False,
         max_length=1000,
         strip=True,
         widget=forms.TextInput(attrs={"size": 60, "placeholder": "why these runs are cancelled"}),
     )
+
+    def clean_reason(self) -> str:
+        reason = str(self.cleaned_data.get("reason") or "")
+        if "\x00" in reason:
+            raise forms.ValidationError("The reason contains a NUL character; remove it.")
+        return reason
 
 
 # -- the actions --------------------------------------------------------------------------
@@ -185,6 +212,8 @@ def respond(
         return _confirmation(model_admin, request, runs, ids, action, all_matching, reason_form)
 
     reason = (reason_form.cleaned_data["reason"] or None) if reason_form is not None else None
+    if reason_form is not None and action is CANCEL and reason_form.cleaned_data["mode"] == "request":
+        action = REQUEST_CANCEL
     target: QuerySet[WorkflowRun] | list[uuid.UUID] = ids
     if all_matching:
         try:
@@ -410,6 +439,7 @@ class RunActionsAdmin(ConfirmedActionsAdmin):
 
 __all__ = [
     "CANCEL",
+    "REQUEST_CANCEL",
     "RESUME",
     "RETRY",
     "RUN_ACTIONS",

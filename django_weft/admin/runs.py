@@ -30,7 +30,7 @@ from django.utils.safestring import SafeString
 
 from .. import runtime
 from ..conf import weft_settings
-from ..engine.records import TERMINAL_STATUSES, RunStatus
+from ..engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
 from ..engine.registry import registry
 from ..models import Timer, WorkflowRun
 from ..models.messages import UpdateStatus
@@ -297,6 +297,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
                     "attempt",
                     "waits_on",
                     "waiting_on_json",
+                    "cancellation_request",
                     "ready",
                     "deadline",
                 )
@@ -428,6 +429,22 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
     @admin.display(description="waiting on (as recorded)")
     def waiting_on_json(self, run: WorkflowRun) -> SafeString | str:
         return pretty_json(run.waiting_on) if run.waiting_on else "-"
+
+    @admin.display(description="cancellation request")
+    def cancellation_request(self, run: WorkflowRun) -> str:
+        request = CancelRequest.of(run.cancel_request)
+        if request is None:
+            return "-"
+        sent = f"requested {request.requested_at}"
+        if request.from_parent:
+            sent += " (its parent's close policy)"
+        if request.reason:
+            sent += f": {request.reason}"
+        if request.pending:
+            state = "pending (the workflow receives it at its current or next blocking point)"
+        else:
+            state = f"received at position {request.seq}"
+        return f"{sent}; {state}"
 
     @admin.display(description="args")
     def args_json(self, run: WorkflowRun) -> SafeString:

@@ -30,8 +30,9 @@ TICKS = 5
 
 WAIT_KINDS = frozenset({"sleep", "wait", "signal", "condition", "child"})
 """Kinds whose bar is time spent waiting (drawn light), not work."""
-MARKER_KINDS = frozenset({"handler"})
-"""Kinds drawn as a point in time: a signal or update handler applied to the run."""
+MARKER_KINDS = frozenset({"handler", "cancel_request"})
+"""Kinds drawn as a point in time: a signal or update handler applied to the run, a
+cancellation request the workflow received."""
 TIMES = "\u00d7"
 """The sign before a retried step's attempt number ("x3")."""
 

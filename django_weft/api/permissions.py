@@ -34,6 +34,7 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "cancel": "cancel_workflowrun",
     "retry": "cancel_workflowrun",
     "terminate": "cancel_workflowrun",
+    "request_cancel": "cancel_workflowrun",
     "suspend": "suspend_workflowrun",
     "resume": "suspend_workflowrun",
 }

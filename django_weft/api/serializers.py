@@ -35,6 +35,17 @@ class DurationField(serializers.JSONField):
 # -- runs ------------------------------------------------------------------------------
 
 
+class CancelRequestStateSerializer(serializers.Serializer):
+    reason = serializers.CharField(allow_null=True)
+    requested_at = serializers.DateTimeField()
+    seq = serializers.IntegerField(
+        allow_null=True, help_text="Where the workflow received it in its history; null while pending."
+    )
+    from_parent = serializers.BooleanField(
+        required=False, help_text="Sent by its parent's request_cancel close policy."
+    )
+
+
 class RunSerializer(serializers.Serializer):
     """A run: the keys of ``handle.describe()`` plus ``url``."""
 
@@ -59,6 +70,9 @@ class RunSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     parent_run_id = serializers.UUIDField(allow_null=True)
+    cancel_request = CancelRequestStateSerializer(
+        allow_null=True, help_text="The latest cancellation request (mode request), or null."
+    )
     url = serializers.URLField()
 
 
@@ -166,6 +180,13 @@ class QueryResultSerializer(serializers.Serializer):
 
 class CancelRequestSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=2000)
+    mode = serializers.ChoiceField(
+        choices=[("terminate", "terminate"), ("request", "request")],
+        required=False,
+        default="terminate",
+        help_text="terminate (default): cancelled now. request: the workflow receives a "
+        "cancellation request at its current or next blocking point and may clean up first.",
+    )
 
 
 class TransitionSerializer(serializers.Serializer):
@@ -401,8 +422,8 @@ class BackfillSerializer(serializers.Serializer):
 
 # -- bulk operations ---------------------------------------------------------------------
 
-BULK_ACTIONS = ["cancel", "terminate", "suspend", "resume", "retry"]
-BULK_REASON_ACTIONS = ("cancel", "terminate")
+BULK_ACTIONS = ["cancel", "terminate", "request_cancel", "suspend", "resume", "retry"]
+BULK_REASON_ACTIONS = ("cancel", "terminate", "request_cancel")
 
 
 _FILTER_VALUE = {"oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]}
@@ -470,7 +491,11 @@ class BulkRequestSerializer(StrictSerializer):
     """A lifecycle operation on every run the filter matches; keys it does not know are refused."""
 
     action = serializers.ChoiceField(
-        choices=BULK_ACTIONS, help_text='"terminate" is the same immediate cancel as "cancel" for now.'
+        choices=BULK_ACTIONS,
+        help_text=(
+            '"cancel" and "terminate" cancel each run now; "request_cancel" sends each a '
+            "cancellation request."
+        ),
     )
     filter = BulkFilterField(help_text="The filters of GET runs/, as an object (at least one).")
     reason = serializers.CharField(
@@ -478,7 +503,7 @@ class BulkRequestSerializer(StrictSerializer):
         allow_null=True,
         allow_blank=True,
         max_length=2000,
-        help_text="Stored with each cancelled run (cancel and terminate only).",
+        help_text="Stored with each cancelled run (cancel, terminate and request_cancel only).",
     )
     dry_run = serializers.BooleanField(
         required=False, default=False, help_text="Only count the matching runs; change nothing."

@@ -425,7 +425,12 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     # -- lifecycle ---------------------------------------------------------------------
 
     @document(
-        summary="Cancel the run",
+        summary="Cancel the run (now, or by a request the workflow receives)",
+        description="`mode` `terminate` (the default) cancels the run now: 200 with status "
+        "`cancelled`. `request` stores a cancellation request and wakes a parked run: the "
+        "workflow receives it at its current or next blocking point and may clean up with "
+        "durable steps (or carry on); 200 with the run's status now (`running` when it woke "
+        "it). A request while one is pending stores nothing new. 409 for a finished run.",
         request=s.CancelRequestSerializer,
         parameters=[REF],
         responses={200: s.TransitionSerializer, **_errors(409)},
@@ -435,7 +440,8 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
         body = s.CancelRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         reason = body.validated_data.get("reason") or None
-        return self._transition(ref, lambda run_id: runtime.cancel(run_id, reason))
+        mode = body.validated_data["mode"]
+        return self._transition(ref, lambda run_id: runtime.cancel(run_id, reason, mode=mode))
 
     @document(
         summary="Suspend the run",

@@ -14,13 +14,23 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from . import codec, faults
-from .errors import ActivityFailed, PayloadError
-from .records import StepKind, StepRecord, StepStatus, StepWrite, TimerKind, TimerWrite
+from .errors import ActivityFailed, CancellationRequested, PayloadError
+from .records import (
+    TERMINAL_STATUSES,
+    CancelRequest,
+    RunStatus,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    StepWrite,
+    TimerKind,
+    TimerWrite,
+)
 from .registry import Activity
 from .retry import RetryPolicy
 
@@ -33,6 +43,35 @@ MAX_REDISPATCH_DELAY = 600.0
 """The longest a queued attempt waits in its queue before it is sent again (seconds)."""
 
 
+def cancellation_seen(status: str | None, request: CancelRequest | None, seq: int) -> str | None:
+    """Why the activity at position ``seq`` of a run in ``status`` should stop, or ``None``:
+    its run has a pending cancellation request, or received one at a later position (so
+    after the activity started: a compensation step the workflow runs after receiving a
+    request is not told to stop), or has finished (nothing will record the result)."""
+    if status is None:
+        return "the run no longer exists"
+    if status in TERMINAL_STATUSES:
+        return f"the run has finished ({status})"
+    if request is None or not (request.pending or (request.seq is not None and request.seq > seq)):
+        return None
+    return f"cancellation requested: {request.reason}" if request.reason else "cancellation requested"
+
+
+class CancelProbe:
+    """How a running activity attempt learns that its run asked for cancellation: ``check``
+    reads it now (returning why, or ``None``); the worker's lease heartbeat may also set
+    ``why`` meanwhile. Once set it stays set."""
+
+    def __init__(self, check: Callable[[], str | None] | None = None, why: str | None = None) -> None:
+        self.check = check
+        self.why = why
+
+    def refresh(self) -> str | None:
+        if self.why is None and self.check is not None:
+            self.why = self.check()
+        return self.why
+
+
 @dataclass(frozen=True)
 class ActivityInfo:
     """What an activity can learn about the call it is serving (see :func:`activity_info`)."""
@@ -43,11 +82,34 @@ class ActivityInfo:
     activity_name: str
     seq: int
     attempt: int
+    _probe: CancelProbe = field(default_factory=CancelProbe, compare=False, repr=False)
 
     @property
     def idempotency_key(self) -> str:
         """Stable across attempts and re-executions: ``"<run_id>:<seq>"``."""
         return f"{self.run_id}:{self.seq}"
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether this activity's run asked for cancellation while it runs (a pending
+        cancellation request, one the workflow received after this activity started) or
+        has finished (cancelled, timed out...: nothing will record this attempt's result),
+        as last seen by :meth:`heartbeat` or, for a queued activity, by its worker's lease
+        heartbeat (every ``WEFT_LEASE_RENEW_INTERVAL``). Cheap: it reads no database."""
+        return self._probe.why is not None
+
+    def heartbeat(self) -> None:
+        """Check now (one database read) whether this activity should stop, and raise
+        :class:`CancellationRequested` if so (see :attr:`cancel_requested`); return
+        otherwise. Call it between chunks of a long activity. Let the exception propagate
+        to stop: the attempt fails and is not retried."""
+        why = self._probe.refresh()
+        if why is not None:
+            raise CancellationRequested(
+                f"activity {self.activity_name} (run {self.run_id}, position {self.seq}) should stop: {why}",
+                reason=why,
+                requested_at=None,
+            )
 
 
 _current_activity: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
@@ -76,8 +138,9 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
 def is_retryable(policy: RetryPolicy, exc: BaseException) -> bool:
     """Whether another attempt may follow a failed one (attempts left permitting): not for
     the policy's ``non_retryable`` types, nor for a result that is not JSON (retrying
-    would produce the same result)."""
-    return policy.is_retryable(exc) and not isinstance(exc, PayloadError)
+    would produce the same result), nor for an activity that stopped because its run
+    asked for cancellation (``CancellationRequested`` from ``heartbeat()``)."""
+    return policy.is_retryable(exc) and not isinstance(exc, PayloadError | CancellationRequested)
 
 
 @dataclass(frozen=True)
@@ -190,7 +253,10 @@ class ActivityCalls:
                 return recorded.result
             if recorded.status == StepStatus.FAILED:
                 raise activity_failed(act.name, seq, recorded.error or {}, recorded.attempt)
-            # RETRYING: the previous attempt failed and the next one waits for its timer.
+            # RETRYING: the previous attempt failed and the next one waits for its timer,
+            # unless the run received a cancellation request while it waited (raised here).
+            ctx._messages.replay_handlers()
+            ctx._messages.deliver_cancellation(None, seq)  # a pending one: received here
             retry_at = datetime.fromisoformat(recorded.result["retry_at"])
             if retry_at > ctx._db_now():
                 self._park_for_retry(act, seq, retry_at, [])
@@ -242,9 +308,14 @@ class ActivityCalls:
         def activity_step(status: str, **fields: Any) -> StepWrite:
             return ctx._step(seq, StepKind.ACTIVITY, act.name, status, args_json=args_json, **fields)
 
+        pending = ctx._cancel_request
+        probe = CancelProbe(
+            lambda: engine.store.cancellation_requested(claimed.run_id, seq),
+            cancellation_seen(RunStatus.RUNNING, pending, seq),
+        )
         while True:
             info = ActivityInfo(
-                claimed.run_id, claimed.workflow_id, claimed.workflow_name, act.name, seq, attempt
+                claimed.run_id, claimed.workflow_id, claimed.workflow_name, act.name, seq, attempt, probe
             )
             started_at = ctx._db_now()
             if act.atomic:
@@ -329,6 +400,15 @@ class ActivityCalls:
     def _park_for_retry(
         self, act: Activity[..., Any], seq: int, retry_at: datetime, steps: list[StepWrite]
     ) -> NoReturn:
+        ctx = self._ctx
+
+        def record_retrying() -> None:
+            for step in steps:
+                ctx._commit(step)
+
+        # Waiting for a durable retry is a blocking point: a pending cancellation request
+        # is received here (after the retrying step), and its timer removed.
+        ctx._messages.deliver_cancellation(record_retrying, seq)
         self._ctx._park(
             {"kind": "retry", "seq": seq, "activity": act.name, "fire_at": retry_at.isoformat()},
             steps,

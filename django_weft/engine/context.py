@@ -153,6 +153,8 @@ class WorkflowContext:
         self._fatal: NonDeterminismError | None = None
         # Set while a signal or update handler runs: it may not block.
         self._in_handler: str | None = None
+        # A cancellation request pending at the claim: received at the first blocking point.
+        self._cancel_request = None if read_only else claimed.cancel_request
         self._activities = ActivityCalls(self)
         self._messages = MessageHandling(self)
         # The handler tables, read by the runtime (queries, update validation).
@@ -427,6 +429,16 @@ class WorkflowContext:
             fire_at = fire_at_from(now)
             started_at = now
         result_json = codec.dumps({"fire_at": fire_at.isoformat()})
+        start = BlockingStart(
+            self,
+            None
+            if recorded is not None
+            else self._step(
+                seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, result_json=result_json, finished=False
+            ),
+        )
+        # A pending cancellation request is received here, even by a sleep whose time has come.
+        self._messages.deliver_cancellation(start.record, seq)
         if fire_at <= now:
             self._commit(
                 self._step(
@@ -439,15 +451,7 @@ class WorkflowContext:
                 )
             )
             return
-        start = BlockingStart(
-            self,
-            None
-            if recorded is not None
-            else self._step(
-                seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, result_json=result_json, finished=False
-            ),
-        )
-        self._messages.deliver(before=start.record)
+        self._messages.deliver(before=start.record, at=seq)
         self._park(
             {"kind": "sleep", "seq": seq, "fire_at": fire_at.isoformat()},
             start.unrecorded(),

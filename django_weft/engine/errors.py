@@ -220,7 +220,27 @@ class WorkflowFailed(WeftError):
 
 
 class WorkflowCancelled(WeftError):
-    """``result()`` of a cancelled run."""
+    """``result()`` of a cancelled run.
+
+    Raised inside workflow code too, as :class:`CancellationRequested`, where the run
+    receives a cancellation request; a workflow that lets it (or any ``WorkflowCancelled``)
+    escape finishes ``cancelled``."""
+
+
+class CancellationRequested(WorkflowCancelled):
+    """A cancellation was requested (``handle.cancel(mode="request")``, or a parent's
+    ``request_cancel`` close policy).
+
+    In a workflow: raised at the blocking point (a sleep, a wait, an activity's or a
+    child's result) where the run received the request, at a position recorded in its
+    history, so replay raises it at the same point. Let it propagate and the run finishes
+    ``cancelled``; catch it to clean up with durable steps (``try/except/finally``) and
+    then re-raise, or to carry on. In an activity: raised by ``activity_info().heartbeat()``
+    once the activity's run asked for cancellation (or has finished). ``reason`` is the
+    request's reason, ``requested_at`` when it was made (ISO 8601)."""
+
+    reason: str | None
+    requested_at: str | None
 
 
 class WorkflowTimedOut(WeftError, TimeoutError):

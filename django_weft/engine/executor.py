@@ -16,16 +16,19 @@ from typing import Any
 from . import codec, faults
 from .activities import describe_exception
 from .context import WorkflowContext
+from .error_types import ErrorType
 from .errors import (
     ActivityFailed,
+    CancellationRequested,
     ChildWorkflowFailed,
     Deposed,
     NonDeterminismError,
     PayloadError,
+    WorkflowCancelled,
     WorkflowNotRegistered,
 )
 from .ports import Dispatcher, TurnStore
-from .records import ClaimedRun, FailureCategory, StepKind
+from .records import FINALIZER_SEQ, ClaimedRun, FailureCategory, StepKind
 from .registry import Registry, registry
 from .retry import RetryPolicy
 from .unwind import ContinueAsNew, DeposedUnwind, Park, QueryFrontier, Unwind
@@ -48,6 +51,7 @@ class TurnOutcome(enum.StrEnum):
     PARKED = "parked"
     COMPLETED = "completed"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # the workflow let a cancellation (request) propagate
     CONTINUED = "continued"
     DEPOSED = "deposed"
     RELEASED = "released"
@@ -225,6 +229,8 @@ class Engine:
         if unwinding is not None and not isinstance(unwinding, ContinueAsNew | Park):
             raise AssertionError(f"unexpected unwinding {unwinding!r}")
         if unwinding is None and error is not None:
+            if _is_cancellation(error):
+                return self._cancel(ctx, error, label)
             category = (
                 FailureCategory.ACTIVITY if isinstance(error, ActivityFailed) else FailureCategory.APPLICATION
             )
@@ -297,6 +303,44 @@ class Engine:
         self._after_close(ctx, woken, "failed")
         return TurnOutcome.FAILED
 
+    def _cancel(self, ctx: WorkflowContext, exc: Exception, label: str) -> TurnOutcome:
+        """The workflow let a cancellation propagate (the :class:`CancellationRequested` it
+        received, a ``WorkflowCancelled`` of its own, or an activity's failure caused by
+        one): commit the run ``cancelled``, as an external cancel would leave it."""
+        if isinstance(exc, CancellationRequested):
+            reason = exc.reason
+            message = f"cancelled on request: {reason}" if reason else "cancelled on request"
+        elif isinstance(exc, ActivityFailed):
+            reason = exc.cause_message
+            message = f"cancelled: activity {exc.activity} stopped: {reason}"
+        else:
+            reason = getattr(exc, "reason", None) or str(exc) or None
+            message = f"cancelled by the workflow: {reason}" if reason else "cancelled by the workflow"
+        error = {
+            "type": ErrorType.CANCELLED,
+            "message": message,
+            "reason": reason,
+            "traceback": describe_exception(exc)["traceback"],
+        }
+        claimed = ctx._claimed
+        woken = self.store.finish_cancelled(
+            claimed.run_id,
+            self.engine_id,
+            claimed.epoch,
+            codec.dumps(error),
+            workflow_name=claimed.workflow_name,
+            parent=claimed.parent_run_id,
+        )
+        logger.info("%s: %s", label, message)
+        finalizer = ctx._workflow.finalizer
+        if finalizer is not None:
+            # A doorbell only: the finalizer's timer is due now, and the sweep sends it too.
+            self.dispatch_activity(
+                claimed.run_id, FINALIZER_SEQ, 1, queue=finalizer.queue or "", timeout=finalizer.timeout
+            )
+        self._after_close(ctx, woken, "cancelled")
+        return TurnOutcome.CANCELLED
+
     def _after_close(self, ctx: WorkflowContext, woken_parent: str | None, status: str) -> None:
         """After a run's terminal commit: ring its waiting parent's doorbell, and apply the
         parent-close policy to children it left running."""
@@ -305,7 +349,21 @@ class Engine:
         if any(step.kind == StepKind.CHILD for step in ctx._steps.values()):
             run_id = ctx._claimed.run_id
             for child in self.store.close_children(run_id, f"its parent run {run_id} {status}"):
-                logger.info("run %s: cancelled, its parent run %s %s", child, run_id, status)
+                logger.info(
+                    "run %s: parent-close policy applied, its parent run %s %s", child, run_id, status
+                )
+                self.dispatch_turn(child)  # a child sent a cancellation request may have been parked
+
+
+_CANCELLATION_TYPE = f"{CancellationRequested.__module__}.{CancellationRequested.__qualname__}"
+
+
+def _is_cancellation(error: Exception) -> bool:
+    """A ``WorkflowCancelled`` (a received cancellation request among them), or the failure
+    of an activity that stopped because its run asked for cancellation."""
+    if isinstance(error, WorkflowCancelled):
+        return True
+    return isinstance(error, ActivityFailed) and error.cause_type == _CANCELLATION_TYPE
 
 
 def _describe_wait(waiting_on: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ POINTS = frozenset(
         "before_complete",
         "before_update_apply",
         "before_update_answer",
+        "before_cancel_delivery",
         "before_finalizer_finish",
         "schedule_before_advance",
     }

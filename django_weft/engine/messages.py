@@ -10,7 +10,7 @@ in their order, when the body reaches that operation again (see DESIGN §2).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,13 @@ from . import codec, faults
 from .activities import describe_exception
 from .durations import Duration, parse_duration
 from .error_types import ErrorType
-from .errors import ConfigurationError, NonDeterminismError, SignalTimeout, UpdateValidationError
+from .errors import (
+    CancellationRequested,
+    ConfigurationError,
+    NonDeterminismError,
+    SignalTimeout,
+    UpdateValidationError,
+)
 from .parking import unknown_update_error
 from .ports import get_payload_validator
 from .records import (
@@ -37,6 +43,22 @@ if TYPE_CHECKING:
 
 MAX_MESSAGE_NAME_LENGTH = 200
 """The longest signal, update or query name (the ``name`` columns hold 200 characters)."""
+
+CANCEL_STEP_NAME = "cancel"
+"""The ``name`` of a delivered cancellation request's history entry (kind ``cancel_request``)."""
+
+
+def cancellation_requested(info: dict[str, Any], seq: int) -> CancellationRequested:
+    """The exception a workflow receives for the cancellation request recorded at ``seq``
+    (live and on replay alike)."""
+    reason = info.get("reason")
+    text = f"cancellation requested: {reason}" if reason else "cancellation requested"
+    return CancellationRequested(
+        f"{text} (received at position {seq})",
+        reason=reason,
+        requested_at=info.get("requested_at"),
+        seq=seq,
+    )
 
 
 def check_message_name(name: Any, what: str) -> str:
@@ -154,6 +176,7 @@ class MessageHandling:
         taken, _ = self.deliver(
             take=lambda message: message.kind == MessageKind.SIGNAL and message.name == name,
             before=start.record,
+            at=seq,
         )
         if taken is not None:
             result = {"signal": taken.pk, "payload": taken.payload}
@@ -178,9 +201,10 @@ class MessageHandling:
         started_at, fire_at, waiting, start = self._wait_start(
             seq, StepKind.CONDITION, "wait_condition", recorded, seconds
         )
+        self.deliver_cancellation(start.record, seq)
         satisfied = bool(predicate())
         if not satisfied:
-            _, satisfied = self.deliver(done=lambda: bool(predicate()), before=start.record)
+            _, satisfied = self.deliver(done=lambda: bool(predicate()), before=start.record, at=seq)
         timed_out = not satisfied and fire_at is not None and fire_at <= ctx._db_now()
         if satisfied or timed_out:
             result = {**waiting, "satisfied": satisfied}
@@ -235,13 +259,58 @@ class MessageHandling:
     def replay_handlers(self) -> None:
         """Re-apply the handler applications recorded at the current position: they ran
         while the body was blocked at the operation it has just reached, so they change
-        the workflow's state before that operation returns, as they did the first time."""
+        the workflow's state before that operation returns, as they did the first time.
+
+        A cancellation request recorded after them is raised again here: the operation
+        the body has reached is the one that received it."""
         ctx = self._ctx
         while True:
             recorded = ctx._steps.get(ctx._seq)
+            if recorded is not None and recorded.kind == StepKind.CANCEL_REQUEST:
+                ctx._seq += 1
+                raise cancellation_requested(recorded.result or {}, recorded.seq)
             if recorded is None or recorded.kind != StepKind.HANDLER:
                 return
             self._apply_recorded(recorded)
+
+    def deliver_cancellation(self, before: Callable[[], None] | None, at: int | None) -> None:
+        """At a blocking point: if a cancellation request is pending, receive it here.
+
+        Every blocking operation the workflow reaches past its recorded history calls
+        this first, before it looks whether it could return at once (a sleep whose time
+        has come, a buffered signal, a finished activity): a request is received at the
+        first blocking call after it was stored, whatever else happened meanwhile.
+
+        Its history entry is recorded at the next position (after the blocking operation's
+        start, which ``before`` records, and the handler applications before it) in one
+        fenced transaction that also marks the request delivered and removes the timers of
+        the blocking operation at position ``at`` (a sleep's, a wait's timeout, a retry's).
+        Then :class:`CancellationRequested` is raised into the workflow. A crash before
+        that commit leaves the request pending for the next owner; after it, replay
+        raises it from the history and the request is not delivered again."""
+        ctx = self._ctx
+        request = ctx._cancel_request
+        if request is None or ctx.is_replaying:
+            # Replaying, the operation is one the workflow passed before the request came.
+            return
+        if before is not None:
+            before()
+        seq = ctx._handler_position()
+        info = {"reason": request.reason, "requested_at": request.requested_at}
+        step = ctx._step(
+            seq,
+            StepKind.CANCEL_REQUEST,
+            CANCEL_STEP_NAME,
+            StepStatus.COMPLETED,
+            result_json=codec.dumps(info),
+        )
+        faults.hit("before_cancel_delivery", run_id=ctx._claimed.run_id, seq=seq, engine=ctx._engine)
+        ctx._commit(step, ctx._engine.store.deliver_cancel_request, replace(request, seq=seq), at)
+        ctx._cancel_request = None
+        ctx._remember(step, info, None)
+        ctx.logger.info("cancellation requested%s; raised at position %s",
+                        f" ({request.reason})" if request.reason else "", seq)  # fmt: skip
+        raise cancellation_requested(info, seq)
 
     def _pending_messages(self, refresh: bool) -> list[PendingMessage]:
         if self._pending is None or refresh:
@@ -255,16 +324,23 @@ class MessageHandling:
         take: Callable[[PendingMessage], bool] | None = None,
         done: Callable[[], bool] | None = None,
         before: Callable[[], None] | None = None,
+        at: int | None = None,
     ) -> tuple[PendingMessage | None, bool]:
-        """While blocked: apply pending signals and updates to their handlers, in arrival
-        order. Stops at the first message ``take`` accepts (returned, for the caller to
-        consume) or once ``done()`` holds after a handler (then ``(None, True)``).
-        ``before`` runs once, before the first handler application is recorded.
+        """While blocked: receive a pending cancellation request (raising it, see
+        :meth:`deliver_cancellation`; ``at`` is the blocking operation's position), else
+        apply pending signals and updates to their handlers, in arrival order. Stops at
+        the first message ``take`` accepts (returned, for the caller to consume) or once
+        ``done()`` holds after a handler (then ``(None, True)``). ``before`` runs once,
+        before the first entry after the blocking operation's start is recorded.
 
         The messages are read once per turn; before giving up they are read again, so a
         message that arrived during the turn is seen. One that arrives after that wakes
-        the run when it parks (the park and the message's insert lock the same row)."""
-        if self._ctx._read_only or (take is None and not self.signal_handlers and not self.update_handlers):
+        the run when it parks (the park and the message's insert lock the same row); so
+        does a cancellation request that arrives after the claim read the run."""
+        if self._ctx._read_only:
+            return None, False
+        self.deliver_cancellation(before, at)
+        if take is None and not self.signal_handlers and not self.update_handlers:
             return None, False
         fresh_read = False
         while True:

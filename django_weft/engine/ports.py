@@ -7,7 +7,15 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .errors import UpdateValidationError, WeftError
-from .records import ChildOutcome, ChildStart, ClaimedRun, PendingMessage, StepWrite, TimerWrite
+from .records import (
+    CancelRequest,
+    ChildOutcome,
+    ChildStart,
+    ClaimedRun,
+    PendingMessage,
+    StepWrite,
+    TimerWrite,
+)
 
 
 class TurnStore(Protocol):
@@ -77,6 +85,18 @@ class TurnStore(Protocol):
     def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
         """Answer a pending update with ``error`` without applying it, fenced."""
 
+    def deliver_cancel_request(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, delivered: CancelRequest, at: int | None
+    ) -> None:
+        """Record the cancellation request's history entry ``step``, store ``delivered``
+        (the request with the position it was received at) as the run's request, and
+        remove the unfired sleep, timeout and retry timers at position ``at``: one fenced
+        transaction. The run's park no longer finds the request pending from then on."""
+
+    def cancellation_requested(self, run_id: str, seq: int) -> str | None:
+        """Why the activity at ``seq`` should stop (see
+        :func:`~django_weft.engine.activities.cancellation_seen`), or ``None``; one read."""
+
     def complete(
         self, run_id: str, owner: str, epoch: int, result_json: str, *, parent: str | None = None
     ) -> str | None:
@@ -95,6 +115,20 @@ class TurnStore(Protocol):
     ) -> str | None:
         """Commit the run ``failed``, fenced; like :meth:`complete` for a child."""
 
+    def finish_cancelled(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        error_json: str,
+        *,
+        workflow_name: str,
+        parent: str | None = None,
+    ) -> str | None:
+        """Commit the run ``cancelled`` from its own turn (the workflow let a cancellation
+        propagate), fenced: like an external cancel, its unfired timers are removed, its
+        pending updates failed and its finalizer scheduled; like :meth:`complete` for a child."""
+
     def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
         """Record the child step and create the child run, fenced; ``WorkflowAlreadyExists``
         if a live run has the child's workflow id."""
@@ -103,7 +137,8 @@ class TurnStore(Protocol):
         """How the child started at ``seq`` ended; ``None`` while it is live."""
 
     def close_children(self, run_id: str, reason: str) -> list[str]:
-        """Apply the parent-close policy to the live children of a closed run."""
+        """Apply the parent-close policy to the live children of a closed run (cancel
+        those with "terminate", ask those with "request_cancel" to cancel); return their ids."""
 
     def set_finalizer_state(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str

@@ -37,6 +37,7 @@ class StepKind(enum.StrEnum):
     HANDLER = "handler"  # a signal or update handler applied while the body was blocked
     CHILD = "child"  # a child workflow: started, then its outcome
     SEARCH_ATTRIBUTES = "search_attrs"  # ctx.set_search_attributes (Step.kind holds 16 characters)
+    CANCEL_REQUEST = "cancel_request"  # a cancellation request delivered while the body was blocked
 
 
 class StepStatus(enum.StrEnum):
@@ -121,6 +122,45 @@ class TimerWrite:
 
 
 @dataclass(frozen=True)
+class CancelRequest:
+    """A cancellation request (``handle.cancel(mode="request")``, a parent's
+    ``request_cancel`` close policy), as stored on the run: pending until the workflow
+    reaches a blocking point, then delivered at a recorded position (``seq``)."""
+
+    requested_at: str
+    """When it was made (ISO 8601, the database clock)."""
+    reason: str | None = None
+    seq: int | None = None
+    """The position where the workflow received it; ``None`` while it is pending."""
+    from_parent: bool = False
+    """Sent by a parent's ``request_cancel`` close policy (then the sweep does not send it again)."""
+
+    @property
+    def pending(self) -> bool:
+        return self.seq is None
+
+    @classmethod
+    def of(cls, stored: Any) -> CancelRequest | None:
+        """The request stored on a run (``WorkflowRun.cancel_request``), or ``None``."""
+        if not isinstance(stored, dict) or not stored.get("requested_at"):
+            return None
+        seq = stored.get("seq")
+        reason = stored.get("reason")
+        return cls(
+            requested_at=str(stored["requested_at"]),
+            reason=reason if isinstance(reason, str) else None,
+            seq=seq if isinstance(seq, int) else None,
+            from_parent=bool(stored.get("from_parent")),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        stored: dict[str, Any] = {"requested_at": self.requested_at, "reason": self.reason, "seq": self.seq}
+        if self.from_parent:
+            stored["from_parent"] = True
+        return stored
+
+
+@dataclass(frozen=True)
 class ClaimedRun:
     """What a successful claim hands the engine: the run, its epoch and its history."""
 
@@ -139,6 +179,8 @@ class ClaimedRun:
     """As stored when the run was claimed; the engine reads only the ``weft_`` ones set
     at start (a scheduled run's schedule id and time). ``ctx.set_search_attributes``
     writes through the store and does not change this copy."""
+    cancel_request: CancelRequest | None = None
+    """The run's cancellation request if one is pending (not yet delivered) at the claim."""
 
 
 class MessageKind(enum.StrEnum):

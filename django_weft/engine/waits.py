@@ -37,10 +37,12 @@ def wait_all(ctx: WorkflowContext, handles: Sequence[Handle]) -> list[Any]:
     if marked:
         ctx._seq += 1
         ctx._messages.replay_handlers()
-    states, pending, timers = _poll_all(ctx, handles)
-    if pending:
-        marker = None
-        if not marked:
+
+    recorded_marker: list[bool] = []
+
+    def record_marker() -> None:
+        if not marked and not recorded_marker:
+            recorded_marker.append(True)
             marker = ctx._step(
                 ctx._handler_position(),
                 StepKind.WAIT,
@@ -48,7 +50,14 @@ def wait_all(ctx: WorkflowContext, handles: Sequence[Handle]) -> list[Any]:
                 StepStatus.COMPLETED,
                 result_json=codec.dumps({"seqs": seqs}),
             )
-        ctx._messages.deliver(before=BlockingStart(ctx, marker).record)
+            BlockingStart(ctx, marker).record()
+
+    # A pending cancellation request is received here (after the marker), before the
+    # handles are looked at: even if they have all finished meanwhile.
+    ctx._messages.deliver_cancellation(record_marker, None)
+    states, pending, timers = _poll_all(ctx, handles)
+    if pending:
+        ctx._messages.deliver(before=record_marker)
         ctx._park({"kind": "activities", "mode": "all", "seqs": pending}, [], timers)
     done = [state for state in states if state is not None]
     for ok, value in done:
@@ -80,6 +89,13 @@ def wait_any(ctx: WorkflowContext, handles: Sequence[Handle]) -> Handle:
                 )
             )
         return handles[index]
+    start = BlockingStart(
+        ctx,
+        None
+        if recorded is not None
+        else ctx._step(seq, StepKind.WAIT, "wait_any", StepStatus.WAITING, finished=False),
+    )
+    ctx._messages.deliver_cancellation(start.record, seq)
     states, pending, timers = _poll_all(ctx, handles)
     for index, (handle, state) in enumerate(zip(handles, states, strict=True)):
         if state is not None:
@@ -93,12 +109,6 @@ def wait_any(ctx: WorkflowContext, handles: Sequence[Handle]) -> Handle:
                 )
             )
             return handle
-    start = BlockingStart(
-        ctx,
-        None
-        if recorded is not None
-        else ctx._step(seq, StepKind.WAIT, "wait_any", StepStatus.WAITING, finished=False),
-    )
     ctx._messages.deliver(before=start.record)
     ctx._park({"kind": "activities", "mode": "any", "seqs": pending}, start.unrecorded(), timers)
 

@@ -68,6 +68,9 @@ class WorkflowRun(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     execution_deadline = models.DateTimeField(null=True, blank=True)
     waiting_on = models.JSONField(null=True, blank=True)
+    # The latest cancellation request (handle.cancel(mode="request")): reason, requested_at,
+    # and seq, the position where the workflow received it (null while pending).
+    cancel_request = models.JSONField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     # Ownership (DESIGN §4): at most one owner; the epoch only ever grows.

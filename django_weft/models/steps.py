@@ -23,6 +23,7 @@ class Step(models.Model):
         HANDLER = StepKind.HANDLER, _("handler")
         CHILD = StepKind.CHILD, _("child workflow")
         SEARCH_ATTRIBUTES = StepKind.SEARCH_ATTRIBUTES, _("search attributes")
+        CANCEL_REQUEST = StepKind.CANCEL_REQUEST, _("cancellation request")
 
     class Status(models.TextChoices):
         COMPLETED = StepStatus.COMPLETED, _("completed")

@@ -55,14 +55,18 @@ def _terminate(run_id: str, reason: str | None) -> object:
     return lifecycle.cancel(run_id, reason)
 
 
+def _request_cancel(run_id: str, reason: str | None) -> object:
+    return lifecycle.cancel(run_id, reason, mode="request")
+
+
 OPERATIONS: Mapping[str, BulkOperation] = {
     operation.name: operation
     for operation in (
         BulkOperation("cancel", _cancel, ACTIVE_STATUSES, "not active", takes_reason=True),
-        # "terminate" ends a run at once. So does "cancel" today (lifecycle.cancel is an
-        # immediate external transition); when cancel becomes a request that the workflow
-        # can handle, the "cancel" entry above calls that request and this one stays.
+        # "cancel" and "terminate" end a run at once (as ``cancel()`` does by default);
+        # "request_cancel" sends it a cancellation request its workflow code receives.
         BulkOperation("terminate", _terminate, ACTIVE_STATUSES, "not active", takes_reason=True),
+        BulkOperation("request_cancel", _request_cancel, ACTIVE_STATUSES, "not active", takes_reason=True),
         BulkOperation(
             "suspend",
             lambda run_id, _: lifecycle.suspend(run_id),
@@ -269,8 +273,8 @@ def apply_bulk(
     within: QuerySet[WorkflowRun] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> BulkOutcome:
-    """Apply ``operation`` ("cancel", "terminate", "suspend", "resume" or "retry") to each
-    run ("terminate" is the same immediate cancel as "cancel" for now).
+    """Apply ``operation`` ("cancel", "terminate", "request_cancel", "suspend", "resume" or
+    "retry") to each run ("cancel" and "terminate" are both the immediate cancel).
 
     ``runs`` is a ``WorkflowRun`` queryset (read in batches of ``batch_size`` by primary
     key, so runs that leave its filter as they change are not skipped; runs that enter it
@@ -283,9 +287,11 @@ def apply_bulk(
     followed to the run it continued as); an unexpected error is logged and recorded in
     ``failed``, and the rest go on.
 
-    ``reason`` is for ``cancel`` and ``terminate`` only. Raises ``InvalidInput`` before changing anything
-    for an unknown operation, a reason the operation does not take, an id that is not a
-    UUID, a sliced queryset or a batch size below 1.
+    ``reason`` is for ``cancel``, ``terminate`` and ``request_cancel`` only (the last sends
+    each run a cancellation request, as ``cancel(mode="request")``). Raises
+    ``InvalidInput`` before changing anything for an unknown operation, a reason the
+    operation does not take, an id that is not a UUID, a sliced queryset or a batch size
+    below 1.
     """
     known = operation_named(operation)
     if reason is not None:

@@ -1,8 +1,9 @@
 """The lease heartbeat of a worker process.
 
 Every ``WEFT_LEASE_RENEW_INTERVAL`` it extends the leases of the runs this process's
-engine drives and of the queued activity attempts this process runs. One heartbeat
-thread per process: ``weft_worker`` starts it explicitly, Celery worker processes start
+engine drives and of the queued activity attempts this process runs, and tells those
+attempts whose run asked for cancellation (``activity_info().cancel_requested``). One
+heartbeat thread per process: ``weft_worker`` starts it explicitly, Celery worker processes start
 it on their first task (:func:`ensure_heartbeat`), whatever the pool.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from django.db import close_old_connections, connections
 
 from ..conf import weft_settings
+from ..engine.activities import CancelProbe
 from ..engine.executor import Engine
 from .process import get_engine, get_store
 
@@ -26,15 +28,19 @@ Attempt = tuple[str, int, int]
 
 _running_lock = threading.Lock()
 _running: dict[Attempt, int] = {}
+_probes: dict[Attempt, list[CancelProbe]] = {}
 
 
 @contextlib.contextmanager
-def running_attempt(run_id: str, seq: int, attempt: int) -> Iterator[None]:
+def running_attempt(run_id: str, seq: int, attempt: int, probe: CancelProbe | None = None) -> Iterator[None]:
     """Mark a queued activity attempt as running in this process while the block runs,
-    so the heartbeat renews its lease."""
+    so the heartbeat renews its lease (and, given its ``probe``, tells it when its run
+    asks for cancellation)."""
     key = (str(run_id), seq, attempt)
     with _running_lock:
         _running[key] = _running.get(key, 0) + 1
+        if probe is not None:
+            _probes.setdefault(key, []).append(probe)
     try:
         yield
     finally:
@@ -43,11 +49,40 @@ def running_attempt(run_id: str, seq: int, attempt: int) -> Iterator[None]:
                 del _running[key]
             else:
                 _running[key] -= 1
+            if probe is not None:
+                _probes[key].remove(probe)
+                if not _probes[key]:
+                    del _probes[key]
 
 
 def running_attempts() -> list[Attempt]:
     with _running_lock:
         return list(_running)
+
+
+def _unaware_probes() -> dict[tuple[str, int], list[CancelProbe]]:
+    """The probes of running attempts not yet told to stop, by ``(run_id, seq)``."""
+    with _running_lock:
+        found: dict[tuple[str, int], list[CancelProbe]] = {}
+        for (run_id, seq, _), probes in _probes.items():
+            for probe in probes:
+                if probe.why is None:
+                    found.setdefault((run_id, seq), []).append(probe)
+        return found
+
+
+def tell_cancellations() -> int:
+    """Tell the running attempts whose run asked for cancellation (one read for all of
+    them); returns how many were told."""
+    probes = _unaware_probes()
+    if not probes:
+        return 0
+    told = 0
+    for key, why in get_store().cancellations_requested(list(probes)).items():
+        for probe in probes.get(key, []):
+            probe.why = why
+            told += 1
+    return told
 
 
 class Heartbeat:
@@ -78,6 +113,7 @@ class Heartbeat:
         attempts = running_attempts()
         if attempts:
             get_store().renew_activities(attempts, weft_settings.LEASE_TTL)
+            tell_cancellations()
         elif not held:
             # Idle: do not keep a database connection open between bursts of work.
             connections.close_all()

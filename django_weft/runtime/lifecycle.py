@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 
 from ..conf import weft_settings
+from ..engine import codec
 from ..engine.errors import (
     InvalidInput,
     InvalidTransition,
@@ -52,13 +53,34 @@ def _on_live_run(ref: str | uuid.UUID, transition: Callable[[WorkflowRun], Any])
     )
 
 
-def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
-    """Cancel a run now: it is ``cancelled`` durably on return, whichever process drives
-    it (that worker is deposed at its next write and stops), its pending timers are
-    removed and its pending updates failed; ``result()`` raises ``WorkflowCancelled``.
-    Works on suspended runs; raises ``WorkflowTerminalError`` for a finished run."""
+CANCEL_MODES = ("terminate", "request")
+"""``cancel(mode=...)``: close the run now, or send the workflow a cancellation request."""
+
+
+def cancel(ref: str | uuid.UUID, reason: str | None = None, *, mode: str = "terminate") -> str:
+    """Cancel a run; returns its status afterwards.
+
+    ``mode="terminate"`` (the default): the run is ``cancelled`` durably on return,
+    whichever process drives it (that worker is deposed at its next write and stops), its
+    pending timers are removed and its pending updates failed; ``result()`` raises
+    ``WorkflowCancelled``. Works on suspended runs.
+
+    ``mode="request"``: a cancellation request is stored (durable on return) and a parked
+    run woken; the workflow receives ``CancellationRequested`` at its current or next
+    blocking point, at a position recorded in its history, and may clean up with durable
+    steps before it finishes ``cancelled``, or catch it and carry on. A request pending
+    already stores nothing new. Returns the run's status (``running`` for a run it woke).
+
+    Both raise ``WorkflowTerminalError`` for a finished run, and ``InvalidInput`` for a
+    reason that is not text the database can store or an unknown mode."""
     if reason is not None and not isinstance(reason, str):
         raise InvalidInput(f"reason must be a string; got {type(reason).__name__}")
+    if reason is not None:
+        codec.dumps(reason, what="the cancellation reason")  # no NUL, no lone surrogate
+    if mode not in CANCEL_MODES:
+        raise InvalidInput(f"mode must be one of {', '.join(CANCEL_MODES)}; got {mode!r}")
+    if mode == "request":
+        return _request_cancel(ref, reason)
     store = get_store()
 
     def transition(run: WorkflowRun) -> None:
@@ -71,9 +93,35 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None) -> str:
     run = _on_live_run(ref, transition)
     logger.info("run %s (%s %s): cancelled%s", run.pk, run.workflow_name, run.workflow_id,
                 f" ({reason})" if reason else "")  # fmt: skip
-    for child in store.close_children(str(run.pk), f"its parent run {run.pk} was cancelled"):
-        logger.info("run %s: cancelled, its parent run %s was cancelled", child, run.pk)
+    _close_children(str(run.pk), f"its parent run {run.pk} was cancelled")
     return RunStatus.CANCELLED
+
+
+def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
+    store = get_store()
+    outcome: list[Any] = []
+
+    def transition(run: WorkflowRun) -> None:
+        requested = store.request_cancel(run.pk, reason, dispatched=delivers(get_dispatcher()))
+        if requested.woken:
+            _dispatch_on_commit(str(run.pk))
+        outcome[:] = [requested]
+
+    run = _on_live_run(ref, transition)
+    requested = outcome[0]
+    if requested.duplicate:
+        logger.info("run %s (%s %s): a cancellation request is pending already", run.pk, run.workflow_name,
+                    run.workflow_id)  # fmt: skip
+    else:
+        logger.info("run %s (%s %s): cancellation requested%s", run.pk, run.workflow_name, run.workflow_id,
+                    f" ({reason})" if reason else "")  # fmt: skip
+    return str(requested.status)
+
+
+def _close_children(run_id: str, reason: str) -> None:
+    for child in get_store().close_children(run_id, reason):
+        logger.info("run %s: parent-close policy applied, its parent run %s was cancelled", child, run_id)
+        _dispatch_on_commit(child)
 
 
 def suspend(ref: str | uuid.UUID) -> str:

@@ -39,6 +39,10 @@ class RunRecord:
     updated_at: datetime
     finished_at: datetime | None
     parent_run_id: str | None
+    cancel_request: dict[str, Any] | None = None
+    """The latest cancellation request (``cancel(mode="request")``): ``reason``,
+    ``requested_at`` and ``seq``, the position where the workflow received it (``None``
+    while pending); ``None`` if there was none."""
     ready_at: datetime | None = None
     """Runnable since (not part of :meth:`as_dict`)."""
 
@@ -66,6 +70,7 @@ class RunRecord:
             updated_at=run.updated_at,
             finished_at=run.finished_at,
             parent_run_id=str(run.parent_id) if run.parent_id else None,
+            cancel_request=run.cancel_request,
             ready_at=run.ready_at,
         )
 

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from ..conf import weft_settings
 from ..engine import codec, faults
-from ..engine.activities import ActivityInfo, call_activity
+from ..engine.activities import ActivityInfo, CancelProbe, call_activity
 from ..engine.error_types import ErrorType
 from ..engine.executor import TurnOutcome
 from ..engine.finalizers import retry_in as finalizer_retry_in
@@ -61,7 +61,10 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
     ensure_heartbeat()
     name = started.name
     act = registry.activities.get(name)
-    info = ActivityInfo(run_id, started.workflow_id, started.workflow_name, name, seq, attempt)
+    # heartbeat() reads whether the run asked for cancellation; the process's lease
+    # heartbeat checks too, for cancel_requested.
+    probe = CancelProbe(lambda: store.cancellation_requested(run_id, seq))
+    info = ActivityInfo(run_id, started.workflow_id, started.workflow_name, name, seq, attempt, probe)
     label = f"run {run_id}: activity {name} (position {seq}, attempt {attempt})"
     outcome: list[str] = []
 
@@ -78,7 +81,7 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
         outcome.append(written[0])
         return written
 
-    with running_attempt(run_id, seq, attempt):
+    with running_attempt(run_id, seq, attempt, probe):
         if act is not None and act.atomic:
             recorded, woken = store.finish_activity(run_id, seq, attempt, status="", body=call)
         else:

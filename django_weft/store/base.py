@@ -15,7 +15,7 @@ from django.dispatch import Signal
 from .. import signals
 from ..conf import weft_settings
 from ..engine import codec
-from ..engine.error_types import ErrorType
+from ..engine.error_types import UPDATE_ERROR_ON_CLOSE, ErrorType
 from ..engine.errors import (
     Deposed,
 )
@@ -30,7 +30,8 @@ logger = logging.getLogger("django_weft.store")
 
 def _unanswered_error(status: str) -> dict[str, str]:
     return {
-        "type": ErrorType.RUN_FINISHED,
+        # A run its workflow ended cancelled answers as an external cancel would.
+        "type": UPDATE_ERROR_ON_CLOSE.get(status, ErrorType.RUN_FINISHED),
         "message": f"the run finished ({status}) before it applied this update",
     }
 
@@ -80,9 +81,10 @@ class StoreBase:
     ) -> None:
         if status == RunStatus.COMPLETED:
             self._announce(signals.run_completed, run_id, workflow_id, workflow_name)
-        elif status == RunStatus.FAILED:
+        elif status in (RunStatus.FAILED, RunStatus.CANCELLED):
             error = codec.loads(error_json) if error_json else None
-            self._announce(signals.run_failed, run_id, workflow_id, workflow_name, error=error)
+            signal = signals.run_failed if status == RunStatus.FAILED else signals.run_cancelled
+            self._announce(signal, run_id, workflow_id, workflow_name, error=error)
 
     def _announce(
         self, signal: Signal, run_id: uuid.UUID | str, workflow_id: str, workflow_name: str, **extra: Any

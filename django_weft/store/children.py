@@ -17,6 +17,7 @@ from ..engine.errors import (
 )
 from ..engine.records import (
     ACTIVE_STATUSES,
+    CancelRequest,
     ChildOutcome,
     ChildStart,
     RunStatus,
@@ -26,7 +27,8 @@ from .transitions import TransitionsMixin
 
 
 class ChildrenMixin(TransitionsMixin):
-    """Child runs: started under the parent's fence, closed by its close policy (a cancel each)."""
+    """Child runs: started under the parent's fence, closed by its close policy (a cancel,
+    or a cancellation request, each)."""
 
     def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
         """Record the parent's child step and create the child run, in one fenced
@@ -83,22 +85,33 @@ class ChildrenMixin(TransitionsMixin):
         )
 
     def close_children(self, run_id: str, reason: str) -> list[str]:
-        """Apply the parent-close policy to the live children of a closed run: cancel those
-        with "terminate" or "request_cancel" (each in a transaction of its own, after the
-        parent's), and theirs in turn. Returns the ids cancelled."""
-        cancelled: list[str] = []
+        """Apply the parent-close policy to the live children of a closed run, each in a
+        transaction of its own, after the parent's: cancel those with "terminate" (and
+        theirs in turn), send a cancellation request to those with "request_cancel" (they
+        receive it at a blocking point, and close their own children when they finish).
+        A child already sent its parent's request is left alone. Returns the ids of the
+        children cancelled or sent a request; a caller rings the doorbells of the latter
+        (the sweep dispatches them anyway)."""
+        closed: list[str] = []
         children = list(
             self._runs()
             .filter(parent_id=uuid.UUID(str(run_id)), status__in=list(ACTIVE_STATUSES))
             .exclude(parent_close_policy="abandon")
-            .values_list("pk", flat=True)
+            .values_list("pk", "parent_close_policy", "cancel_request")
         )
-        for child in children:
+        for child, policy, stored in children:
+            request = CancelRequest.of(stored)
+            if policy == "request_cancel" and request is not None and request.from_parent:
+                continue  # sent already (by the closing process, or an earlier sweep)
             try:
                 with transaction.atomic(using=self.alias):
-                    self.cancel(child, reason)
+                    if policy == "request_cancel":
+                        self.request_cancel(child, reason, dispatched=False, from_parent=True)
+                    else:
+                        self.cancel(child, reason)
             except (WorkflowTerminalError, WorkflowNotFound):
                 continue  # finished meanwhile
-            cancelled.append(str(child))
-            cancelled += self.close_children(str(child), f"its parent run {child} was cancelled")
-        return cancelled
+            closed.append(str(child))
+            if policy != "request_cancel":
+                closed += self.close_children(str(child), f"its parent run {child} was cancelled")
+        return closed

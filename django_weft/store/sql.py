@@ -114,7 +114,7 @@ class SqlStatements(StoreBase):
         # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
         returning = (
             "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
-            "parent_id, search_attributes"
+            "parent_id, search_attributes, cancel_request"
         )
         if self.is_postgres:
             sql = (

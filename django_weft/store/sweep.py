@@ -183,6 +183,12 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
             .filter(parent__isnull=False, status__in=list(ACTIVE_STATUSES))
             .filter(parent__status__in=sorted(TERMINAL_STATUSES))
             .exclude(parent_close_policy="abandon")
+            # A "request_cancel" child sent its parent's request lives on until it finishes.
+            .filter(
+                ~Q(parent_close_policy="request_cancel")
+                | Q(cancel_request__isnull=True)
+                | ~Q(cancel_request__has_key="from_parent")
+            )
             .values_list("parent_id", flat=True)
             .distinct()[:batch]
         )

@@ -1,16 +1,19 @@
-"""External transitions (DESIGN §4): cancel, time out, suspend, resume, retry.
+"""External transitions (DESIGN §4): cancel, time out, suspend, resume, retry; and the
+cancellation request, which is not a transition.
 
 Cancel, time-out and suspend may be committed by any process, owner or not. Each
 locks the run row, writes the new status and rotates the epoch (owner cleared) in
 one transaction, so a still-running owner's next fenced write fails (Deposed)
 instead of overwriting the new state. Resume and retry make the run runnable for a
-worker to claim; they take no lease themselves.
+worker to claim; they take no lease themselves. A cancellation request is a message
+to the workflow: stored under the row lock and waking a parked run, like a signal; it
+does not rotate the epoch (the owner's work stays valid).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +31,7 @@ from ..engine.records import (
     ACTIVE_STATUSES,
     RUN_LEVEL_SEQ,
     TERMINAL_STATUSES,
+    CancelRequest,
     FailureCategory,
     RunStatus,
     TimerKind,
@@ -49,6 +53,10 @@ class Transition:
     """The run's status after the transition."""
     woken_parent: str | None = None
     """Cancel: the parent run it woke (ring its doorbell on commit)."""
+    woken: bool = False
+    """Cancellation request: the run was parked and is runnable now (ring its doorbell)."""
+    duplicate: bool = False
+    """Cancellation request: one was pending already; nothing new was stored."""
     finalizer: dict[str, Any] | None = None
     """Cancel: the finalizer it scheduled (send its first attempt on commit)."""
     removed_from: int | None = None
@@ -70,7 +78,9 @@ class Transition:
 class TransitionsMixin(FinalizersMixin, WakingMixin):
     """Transitions any process may commit; the closing ones rotate the epoch."""
 
-    _LOCKED_FIELDS = ("status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id")
+    _LOCKED_FIELDS = (
+        "status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id", "cancel_request",
+    )  # fmt: skip
 
     def _lock_run(self, run_pk: uuid.UUID) -> dict[str, Any]:
         run = self._runs().select_for_update().filter(pk=run_pk).values(*self._LOCKED_FIELDS).first()
@@ -144,6 +154,38 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         error = {"type": ErrorType.CANCELLED, "message": message, "reason": reason}
         self._close(run_pk, run, RunStatus.CANCELLED, error, FailureCategory.CANCELLATION)
         return Transition.of(run_pk, run, RunStatus.CANCELLED)
+
+    def request_cancel(
+        self, run_pk: uuid.UUID, reason: str | None, *, dispatched: bool, from_parent: bool = False
+    ) -> Transition:
+        """Store a cancellation request for an active run, in the caller's transaction; the
+        workflow receives it as ``CancellationRequested`` at its current or next blocking
+        point. A parked run is made runnable (``woken``; the caller rings its doorbell). A
+        request pending already stores nothing (``duplicate``). Raises
+        ``WorkflowTerminalError`` for a finished run. ``from_parent``: sent by a parent's
+        ``request_cancel`` close policy (the sweep then does not send it again)."""
+        run = self._lock_run(run_pk)
+        if run["status"] not in ACTIVE_STATUSES:
+            raise self._refuse(run_pk, run, "asked to cancel", "an active")
+        current = CancelRequest.of(run["cancel_request"])
+        if current is not None and current.pending:
+            if from_parent and not current.from_parent:
+                # The parent's request is the pending one too: the sweep need not send it.
+                marked = replace(current, from_parent=True).as_json()
+                self._runs().filter(pk=run_pk).update(cancel_request=marked)
+            return Transition.of(run_pk, run, RunStatus(run["status"]), duplicate=True)
+        now = self._transition_now()
+        request = CancelRequest(
+            now.isoformat(), reason, from_parent=from_parent or bool(current and current.from_parent)
+        )
+        # Every park is a blocking point that receives a request: wake whatever it waits on.
+        woken = run["status"] == RunStatus.WAITING
+        if woken:
+            self._make_runnable(run_pk, dispatched, cancel_request=request.as_json())
+        else:
+            self._runs().filter(pk=run_pk).update(cancel_request=request.as_json(), updated_at=now)
+        status = RunStatus.RUNNING if woken else RunStatus(run["status"])
+        return Transition.of(run_pk, run, status, woken=woken)
 
     def _time_out_locked(self, run_pk: uuid.UUID, run: dict[str, Any], deadline: datetime) -> None:
         error = {
@@ -226,10 +268,14 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             ) from None
         if failed_seq is not None:
             Step.objects.using(self.alias).filter(run_id=run_pk, seq__gte=failed_seq).delete()
-            # Signals those steps consumed go back to the buffer, to be consumed again.
+            # Signals those steps consumed go back to the buffer, to be consumed again; so
+            # does a cancellation request received among them.
             Signal.objects.using(self.alias).filter(run_id=run_pk, consumed_seq__gte=failed_seq).update(
                 consumed_seq=None
             )
+            request = CancelRequest.of(run["cancel_request"])
+            if request is not None and request.seq is not None and request.seq >= failed_seq:
+                self._runs().filter(pk=run_pk).update(cancel_request=replace(request, seq=None).as_json())
         Timer.objects.using(self.alias).filter(run_id=run_pk).delete()
         deadline = self._runs().filter(pk=run_pk).values_list("execution_deadline", flat=True).first()
         if deadline is not None:

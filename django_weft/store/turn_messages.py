@@ -1,5 +1,6 @@
 """The engine's port for messages during a turn: pending signals and updates, consuming
-a signal, applying and answering an update; all fenced."""
+a signal, applying and answering an update, receiving a cancellation request; all
+fenced. Also what a running activity reads to learn its run asked for cancellation."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ..engine import codec
+from ..engine.activities import cancellation_seen
 from ..engine.records import (
+    CancelRequest,
     MessageKind,
     PendingMessage,
     StepWrite,
+    TimerKind,
 )
 from ..models import Signal, Timer, Update
 from ..models.messages import UpdateStatus
@@ -122,3 +126,45 @@ class TurnMessagesMixin(SqlStatements):
             Update.objects.using(self.alias).filter(
                 pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
             ).update(status=UpdateStatus.FAILED, error=error, updated_at=Now())
+
+    def deliver_cancel_request(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, delivered: CancelRequest, at: int | None
+    ) -> None:
+        """Record the request's history entry (fenced: the step write locks the run row
+        first), mark the run's request received at ``step.seq``, and remove the unfired
+        sleep, timeout and retry timers of the blocking operation at ``at`` (a queued
+        activity's lease stays: the activity may still be running), in one transaction."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                self._write_step(cursor, run_id, owner, epoch, step)
+            self._runs().filter(pk=key).update(cancel_request=delivered.as_json())
+            if at is not None:
+                Timer.objects.using(self.alias).filter(run_id=key, seq=at).unfired().exclude(
+                    kind=TimerKind.ACTIVITY
+                ).delete()
+
+    def cancellation_requested(self, run_id: str, seq: int) -> str | None:
+        """Why the activity at ``seq`` of the run should stop, or ``None`` (one read)."""
+        row = self._runs().filter(pk=uuid.UUID(str(run_id))).values_list("status", "cancel_request").first()
+        if row is None:
+            return cancellation_seen(None, None, seq)
+        return cancellation_seen(row[0], CancelRequest.of(row[1]), seq)
+
+    def cancellations_requested(self, attempts: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """For the worker's heartbeat: which of the running activities ``(run_id, seq)``
+        should stop, and why, in one read."""
+        keys = {uuid.UUID(str(run_id)) for run_id, _ in attempts}
+        rows = {
+            str(pk): (status, CancelRequest.of(request))
+            for pk, status, request in self._runs()
+            .filter(pk__in=list(keys))
+            .values_list("pk", "status", "cancel_request")
+        }
+        seen: dict[tuple[str, int], str] = {}
+        for run_id, seq in attempts:
+            status, request = rows.get(str(uuid.UUID(str(run_id))), (None, None))
+            why = cancellation_seen(status, request, seq)
+            if why is not None:
+                seen[(run_id, seq)] = why
+        return seen

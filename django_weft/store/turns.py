@@ -23,7 +23,9 @@ from ..engine.parking import (
 )
 from ..engine.records import (
     RUN_LEVEL_SEQ,
+    CancelRequest,
     ClaimedRun,
+    FailureCategory,
     RunStatus,
     StepWrite,
     TimerKind,
@@ -33,13 +35,14 @@ from ..models import Timer, Update
 from ..models.messages import UpdateStatus
 from .attempts import AttemptsMixin
 from .base import _deposed, _unanswered_error
+from .finalizers import FinalizersMixin
 from .sql import _aware, _json
 
 logger = logging.getLogger("django_weft.store")
 timer_log = logging.getLogger("django_weft.timers")
 
 
-class TurnsMixin(AttemptsMixin):
+class TurnsMixin(FinalizersMixin, AttemptsMixin):
     """The owner's turn: claim, fenced writes, park, finish, release, renew."""
 
     def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
@@ -63,7 +66,9 @@ class TurnsMixin(AttemptsMixin):
                 self._discard_wake(run_id, status)
             if row is None:
                 return None
-        workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, db_now = row
+        (workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, cancel_request,
+         db_now) = row  # fmt: skip
+        request = CancelRequest.of(_json(cancel_request))
         return ClaimedRun(
             run_id=str(run_id),
             workflow_id=workflow_id,
@@ -77,6 +82,7 @@ class TurnsMixin(AttemptsMixin):
             steps={} if int(epoch) == 1 else self.load_steps(run_id),
             parent_run_id=str(parent_id) if parent_id else None,
             search_attributes=_json(attributes) or {},
+            cancel_request=request if request is not None and request.pending else None,
         )
 
     def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
@@ -130,6 +136,7 @@ class TurnsMixin(AttemptsMixin):
                 run.created_at,
                 run.parent_id,
                 run.search_attributes,
+                run.cancel_request,
                 now,
             )
 
@@ -192,12 +199,18 @@ class TurnsMixin(AttemptsMixin):
         If the run waits for queued activities and what it waits for has already
         happened (an activity finished while the turn ran: its wake-up found the run
         owned), the run is released runnable instead and ``True`` returned. The park and
-        the activity's completion both lock the run row, so one of them sees the other."""
+        the activity's completion both lock the run row, so one of them sees the other.
+        So it is for a cancellation request stored during the turn (every park is a
+        blocking point that receives one): it is read with the row lock, at no extra cost."""
         with transaction.atomic(using=self.alias):
             # Lock the run row first (fenced), then write timers: the run-then-timer lock
             # order every writer follows.
-            if not list(self._owned(run_id, owner, epoch).select_for_update().values_list("pk", flat=True)):
+            locked = list(
+                self._owned(run_id, owner, epoch).select_for_update().values_list("cancel_request", flat=True)
+            )
+            if not locked:
                 raise _deposed(run_id, owner, epoch, "park")
+            request = CancelRequest.of(locked[0])
             now = timezone.now()
             with self.connection.cursor() as cursor:
                 for step in steps:
@@ -206,7 +219,7 @@ class TurnsMixin(AttemptsMixin):
             handled = handled_updates(waiting_on, RunStatus.WAITING)
             if handled is not None:
                 self._refuse_unhandled_updates(run_id, handled)
-            if self._wait_satisfied(run_id, waiting_on):
+            if (request is not None and request.pending) or self._wait_satisfied(run_id, waiting_on):
                 if not self.release(run_id, owner, epoch):
                     raise _deposed(run_id, owner, epoch, "park")
                 return True
@@ -326,12 +339,36 @@ class TurnsMixin(AttemptsMixin):
             category=category, parent=parent,
         )  # fmt: skip
 
+    def finish_cancelled(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        error_json: str,
+        *,
+        workflow_name: str,
+        parent: str | None = None,
+    ) -> str | None:
+        """The owner's commit of ``cancelled`` (its workflow let a cancellation propagate),
+        fenced: the terminal commit (unfired timers removed, pending updates failed, a
+        waiting parent woken) and the finalizer scheduled, in one transaction."""
+        with transaction.atomic(using=self.alias):
+            woken = self._finish(
+                run_id, owner, epoch, "cancellation", status=RunStatus.CANCELLED, error_json=error_json,
+                category=FailureCategory.CANCELLATION, parent=parent,
+            )  # fmt: skip
+            self._schedule_finalizer(uuid.UUID(str(run_id)), workflow_name, self.db_now())
+        return woken
+
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         with transaction.atomic(using=self.alias):
             run = self._owned(run_id, owner, epoch).select_for_update().first()
             if run is None:
                 raise _deposed(run_id, owner, epoch, "continue_as_new")
             successor_id = uuid.uuid4()
+            pending_request = CancelRequest.of(run.cancel_request)
+            if pending_request is not None and not pending_request.pending:
+                pending_request = None
             self._finish(
                 run_id,
                 owner,
@@ -355,6 +392,9 @@ class TurnsMixin(AttemptsMixin):
                 search_attributes=run.search_attributes,
                 execution_deadline=run.execution_deadline,
                 ready_at=now,
+                # A cancellation request the run did not receive before it continued is
+                # its successor's to receive.
+                cancel_request=run.cancel_request if pending_request is not None else None,
             )
             if run.execution_deadline is not None:
                 # The deadline covers the whole chain of runs: the successor keeps it.

@@ -326,3 +326,21 @@ def test_an_unknown_job_is_a_404_and_the_route_has_no_list(api: Api) -> None:
         assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
     listing = api.get("runs/bulk/")
     assert listing.status_code == 405 and listing.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_request_cancel_sends_each_matching_run_a_request_its_workflow_receives(api: Api) -> None:
+    runs = [waiting(f"req-{i}", lot="req") for i in range(3)]
+    untouched = waiting("req-other", lot="other")
+    response = api.post(
+        "runs/bulk/", {"action": "request_cancel", "filter": {"search.lot": "req"}, "reason": "recall"}
+    )
+    assert response.status_code == 202, response.text
+    final = tick_until_done(api, response.json()["url"])
+    assert (final["done"], final["skipped"], final["failed"]) == (3, 0, 0)
+    for run_id in runs:
+        run = WorkflowRun.objects.get(pk=run_id)
+        # A request, not an immediate cancel: stored for the workflow to receive.
+        assert run.cancel_request is not None and run.cancel_request["reason"] == "recall"
+        drive(run_id)
+        assert status(run_id) == "cancelled"
+    assert WorkflowRun.objects.get(pk=untouched).cancel_request is None

@@ -11,10 +11,12 @@ from typing import Any
 from django.db import connection
 
 from django_weft import (
+    CancellationRequested,
     ChildWorkflowFailed,
     RetryPolicy,
     SignalTimeout,
     WorkflowAlreadyExists,
+    WorkflowCancelled,
     activity,
     activity_info,
     schedule,
@@ -805,3 +807,129 @@ def attrs_chain(ctx: Any, n: int) -> int:
         ctx.set_search_attributes({"customer": 7})
         ctx.continue_as_new(1)
     return n
+
+
+# -- cancellation requests (handle.cancel(mode="request")) -----------------------------
+
+
+@workflow(name="tests.x.saga")
+def cancel_saga(ctx: Any, key: str) -> str:
+    """Reserves, waits an hour, ships; a cancellation request releases the reservation
+    (a durable step) and the run ends cancelled."""
+    ctx.run(record, f"{key}:reserve")
+    try:
+        ctx.sleep("1h")
+    except CancellationRequested:
+        ctx.run(record, f"{key}:release")
+        raise
+    ctx.run(record, f"{key}:ship")
+    return "shipped"
+
+
+@workflow(name="tests.x.ignores")
+def cancel_ignored(ctx: Any, key: str) -> str:
+    """Never catches a cancellation: a request at its sleep ends the run."""
+    ctx.run(record, f"{key}:before")
+    ctx.sleep("1h")
+    ctx.run(record, f"{key}:after")
+    return "slept"
+
+
+@workflow(name="tests.x.carries_on")
+def cancel_carries_on(ctx: Any, key: str) -> dict[str, Any]:
+    """Catches the request, records it, and completes normally after another wait."""
+    try:
+        ctx.sleep("1h")
+        caught = None
+    except WorkflowCancelled as exc:
+        caught = exc.reason
+    ctx.run(record, f"{key}:after")
+    ctx.sleep(0.2)
+    return {"caught": caught}
+
+
+@workflow(name="tests.x.steps_then_sleep")
+def steps_then_sleep(ctx: Any, steps: int = 5) -> int:
+    """Inline steps, a sleep, inline steps: the turn the query-count test measures."""
+    for i in range(steps):
+        ctx.run(noop, i)
+    ctx.sleep(0.2)
+    for i in range(steps):
+        ctx.run(noop, i)
+    return steps
+
+
+@activity(name="tests.x.q.watch", queue="tests", retry=NO_RETRY, timeout=60)
+def watch(key: str, seconds: float, mode: str = "heartbeat") -> str:
+    """Works until its run asks for cancellation: ``mode="heartbeat"`` calls heartbeat()
+    (which raises), ``mode="poll"`` reads cancel_requested (set by the worker's heartbeat)."""
+    info = activity_info()
+    SideEffect.objects.create(key=f"{key}:started")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if mode == "heartbeat":
+            try:
+                info.heartbeat()
+            except CancellationRequested as exc:
+                SideEffect.objects.create(key=f"{key}:heartbeat raised: {exc.reason}")
+                raise
+        elif info.cancel_requested:
+            SideEffect.objects.create(key=f"{key}:saw cancel_requested")
+            return "stopped"
+        time.sleep(0.05)
+    return "ran out"
+
+
+@workflow(name="tests.x.watching")
+def watching(ctx: Any, key: str, seconds: float = 30, mode: str = "heartbeat") -> str:
+    handle = ctx.start(watch, key, seconds, mode)
+    try:
+        return str(handle.result())
+    except CancellationRequested:
+        ctx.run(record, f"{key}:compensate")
+        raise
+
+
+@workflow(name="tests.x.parent")
+def cancel_parent(ctx: Any, key: str) -> str:
+    """Starts a child of each policy, each sleeping an hour, and completes."""
+    for policy in ("request_cancel", "terminate", "abandon"):
+        ctx.start_child(cancel_saga, f"{key}-{policy}", id=f"{key}-{policy}", parent_close_policy=policy)
+    return "done"
+
+
+@workflow(name="tests.x.continues")
+def cancel_continues(ctx: Any, key: str, round: int = 0) -> str:
+    """Continues as new before it blocks; its successor receives a request the first
+    run did not."""
+    ctx.run(record, f"{key}:{round}")
+    if round == 0:
+        ctx.continue_as_new(key, 1)
+    try:
+        ctx.sleep("1h")
+    except CancellationRequested:
+        ctx.run(record, f"{key}:release")
+        raise
+    return "done"
+
+
+@workflow(name="tests.x.booking", finalizer=cleanup)
+def cancel_booking(ctx: Any, key: str) -> str:
+    """A finalizer's workflow that lets a cancellation request propagate."""
+    ctx.set_finalizer_state({"key": key, "stage": "waiting"})
+    ctx.on_update("note", lambda note: note)
+    ctx.wait_signal("confirm")
+    return "confirmed"
+
+
+@workflow(name="tests.x.catches_then_fails")
+def catches_then_fails(ctx: Any, key: str) -> None:
+    """Catches the request at the wait for a queued activity, then waits for it again;
+    the activity fails, and so does the run (at the activity's position, before the
+    request's entry: a retry removes that entry)."""
+    handle = ctx.start(queued_broken, key)
+    try:
+        handle.result()
+    except CancellationRequested:
+        ctx.run(record, f"{key}:caught")
+    handle.result()

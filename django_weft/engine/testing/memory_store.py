@@ -19,11 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import codec
-from ..errors import Deposed, WorkflowAlreadyExists, WorkflowNotFound
+from ..activities import cancellation_seen
+from ..errors import Deposed, WorkflowAlreadyExists, WorkflowNotFound, WorkflowTerminalError
 from ..executor import Engine, EngineConfig
 from ..records import (
     ACTIVE_STATUSES,
     PENDING_STEP_STATUSES,
+    CancelRequest,
     ChildOutcome,
     ChildStart,
     ClaimedRun,
@@ -64,6 +66,7 @@ class MemoryRun:
     parent_close_policy: str = "terminate"
     steps: dict[int, StepWrite] = field(default_factory=dict)
     timers: dict[tuple[int, str], TimerWrite] = field(default_factory=dict)
+    cancel_request: CancelRequest | None = None
 
 
 @dataclass
@@ -118,6 +121,27 @@ class MemoryStore:
         message = MemoryMessage(MessageKind.UPDATE, next(self._pks), run_id, name, payload, update_id)
         self._deliver(message, "updates")
         return update_id
+
+    def request_cancel(self, run_id: str, reason: str | None = None, *, from_parent: bool = False) -> bool:
+        """Store a cancellation request (the Django store's rule: refused for a finished
+        run, nothing new while one is pending) and wake the run if it is parked. Returns
+        whether a request was stored."""
+        with self._lock:
+            run = self.runs[run_id]
+            if run.status not in ACTIVE_STATUSES:
+                raise WorkflowTerminalError(f"run {run_id} is {run.status}", run_id=run_id, status=run.status)
+            if run.cancel_request is not None and run.cancel_request.pending:
+                if from_parent:
+                    run.cancel_request = replace(run.cancel_request, from_parent=True)
+                return False
+            run.cancel_request = CancelRequest(
+                self.now.isoformat(),
+                reason,
+                from_parent=from_parent or bool(run.cancel_request and run.cancel_request.from_parent),
+            )
+            if run.status == RunStatus.WAITING:
+                run.status, run.waiting_on = RunStatus.RUNNING, None
+            return True
 
     def finish_activity(
         self, run_id: str, seq: int, *, result: Any = None, error: Exception | None = None
@@ -197,6 +221,9 @@ class MemoryStore:
                 steps={seq: _record(step) for seq, step in run.steps.items()},
                 parent_run_id=run.parent_run_id,
                 search_attributes=dict(run.search_attributes),
+                cancel_request=run.cancel_request
+                if run.cancel_request and run.cancel_request.pending
+                else None,
             )
 
     def _fire_due_timers(self, run: MemoryRun) -> bool:
@@ -255,7 +282,8 @@ class MemoryStore:
             for timer in timers:
                 run.timers[(timer.seq, timer.kind)] = timer
             run.owner, run.lease_expires_at = None, None
-            if self._wait_satisfied(run, dict(waiting_on)):
+            pending_request = run.cancel_request is not None and run.cancel_request.pending
+            if pending_request or self._wait_satisfied(run, dict(waiting_on)):
                 return True
             run.status, run.waiting_on = RunStatus.WAITING, dict(waiting_on)
             return False
@@ -324,6 +352,22 @@ class MemoryStore:
             if update.status == "accepted":
                 update.status, update.error = "failed", error
 
+    def deliver_cancel_request(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, delivered: CancelRequest, at: int | None
+    ) -> None:
+        with self._lock:
+            run = self._owned(run_id, owner, epoch, f"step {step.seq}")
+            run.steps[step.seq] = step
+            run.cancel_request = delivered
+            if at is not None:
+                for key in [key for key in run.timers if key[0] == at and key[1] != TimerKind.ACTIVITY]:
+                    del run.timers[key]
+
+    def cancellation_requested(self, run_id: str, seq: int) -> str | None:
+        with self._lock:
+            run = self.runs.get(run_id)
+            return cancellation_seen(run.status if run else None, run.cancel_request if run else None, seq)
+
     def set_finalizer_state(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str
     ) -> None:
@@ -368,6 +412,22 @@ class MemoryStore:
             run.error, run.failure_category = codec.loads(error_json), category
             return self._wake_parent(parent)
 
+    def finish_cancelled(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        error_json: str,
+        *,
+        workflow_name: str,
+        parent: str | None = None,
+    ) -> str | None:
+        with self._lock:
+            run = self._owned(run_id, owner, epoch, "cancellation")
+            self._finish(run, RunStatus.CANCELLED)
+            run.error, run.failure_category = codec.loads(error_json), "cancellation"
+            return self._wake_parent(parent)
+
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         with self._lock:
             run = self._owned(run_id, owner, epoch, "continue_as_new")
@@ -385,6 +445,10 @@ class MemoryStore:
                 parent_seq=run.parent_seq,
                 parent_close_policy=run.parent_close_policy,
                 search_attributes=dict(run.search_attributes),
+                # A request the run did not receive before it continued is its successor's.
+                cancel_request=run.cancel_request
+                if run.cancel_request and run.cancel_request.pending
+                else None,
             )
             return successor
 
@@ -457,7 +521,10 @@ class MemoryStore:
             cancelled: list[str] = []
             for child in list(self.runs.values()):
                 live = child.status in ACTIVE_STATUSES and child.parent_close_policy != "abandon"
-                if child.parent_run_id == run_id and live:
+                if child.parent_run_id == run_id and live and child.parent_close_policy == "request_cancel":
+                    self.request_cancel(child.run_id, reason, from_parent=True)
+                    cancelled.append(child.run_id)
+                elif child.parent_run_id == run_id and live:
                     child.epoch += 1  # an external transition rotates the epoch
                     self._finish(child, RunStatus.CANCELLED)
                     child.error = {"type": "django_weft.Cancelled", "message": reason}
