@@ -13,9 +13,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     skip = pytest.mark.skip(reason="needs PostgreSQL (WEFT_TEST_DB=postgres)")
+    once = pytest.mark.skip(reason="independent of the test database: runs in the SQLite pass")
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
+        if "database_independent" in item.keywords and on_postgres:
+            item.add_marker(once)
 
 
 @pytest.fixture(autouse=True)

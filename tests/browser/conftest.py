@@ -45,6 +45,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if Path(str(item.fspath)).is_relative_to(here):
             item.add_marker(pytest.mark.browser)
+            # The pages' database work is tested on both databases with Django's test
+            # client (tests/admin); the browser pass runs once, with SQLite.
+            item.add_marker(pytest.mark.database_independent)
 
 
 def _chromium() -> tuple[str, str] | None:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO
 
 SCRIPT = """
@@ -48,6 +50,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.database_independent  # the example's own settings and SQLite database
 def test_the_order_page_lists_its_fulfilment_runs(tmp_path: Path) -> None:
     env = {
         key: value

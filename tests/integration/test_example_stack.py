@@ -17,7 +17,8 @@ import pytest
 
 from .conftest import REPO, wait_for
 
-pytestmark = pytest.mark.slow
+# The example runs on its own SQLite database and broker folder, whichever the suite's.
+pytestmark = [pytest.mark.slow, pytest.mark.database_independent]
 
 ORDERS = 200
 THREADS = 4
