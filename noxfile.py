@@ -1,10 +1,13 @@
 """Test the package on newer interpreters and Django releases: ``nox -s tests``.
 
-Each session runs the suite without the process-level tests (marked ``slow``: real
-worker, Celery and broker processes), the schema fuzzing (``fuzz``) and the browser tests
-(``browser``), which the baseline run of ``scripts/test`` covers. To keep the test command
-within its time budget, Python 3.12 runs it on PostgreSQL and 3.13 on SQLite (the
-baseline interpreter runs both); ``WEFT_NOX_ALL_DATABASES=1`` runs both everywhere.
+Each session runs the part of the suite that leans on Django and DRF the most (the
+admin, the REST API's flows and schedules, runs, migrations and system checks, and the
+engine), without the process-level tests (``slow``), the schema fuzzing (``fuzz``) and
+the browser tests (``browser``), which the baseline run of ``scripts/test`` covers with
+everything else. To keep the test command within its time budget, Python 3.12 runs it
+on PostgreSQL and 3.13 on SQLite (the baseline interpreter runs both databases);
+``WEFT_NOX_ALL_DATABASES=1`` runs both everywhere, and ``nox -s tests -- tests`` runs the
+whole suite (paths after ``--`` replace the subset; other options apply to it).
 Interpreters that are not installed are skipped (``nox`` reports them), so the command
 works on any machine.
 """
@@ -21,6 +24,16 @@ nox.options.reuse_existing_virtualenvs = True
 
 
 SKIPPED = "not slow and not fuzz and not browser"
+SUBSET = [
+    "tests/admin",
+    "tests/api/test_flow.py",
+    "tests/api/test_schedules.py",
+    "tests/django/test_runs.py",
+    "tests/django/test_schedules.py",
+    "tests/django/test_schema_and_checks.py",
+    "tests/engine",
+]
+"""What a session runs unless paths are given after ``--``."""
 DATABASES = {"3.12": ("postgres",), "3.13": ("sqlite",)}
 """The databases each interpreter's session runs the suite on."""
 
@@ -37,4 +50,7 @@ def tests(session: nox.Session, django: str) -> None:
         databases = ("postgres", "sqlite")
     for database in databases:
         env = {"WEFT_TEST_DB": database, "WEFT_TEST_PG_TEST_NAME": test_db}
-        session.run("pytest", "-q", "-p", "no:cacheprovider", "-m", SKIPPED, *session.posargs, env=env)
+        # Options after "--" (-k, -x) apply to the subset; a path there replaces it.
+        paths_given = any(arg.startswith("tests") for arg in session.posargs)
+        targets = list(session.posargs) if paths_given else [*SUBSET, *session.posargs]
+        session.run("pytest", "-q", "-p", "no:cacheprovider", "-m", SKIPPED, *targets, env=env)

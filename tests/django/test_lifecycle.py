@@ -71,7 +71,9 @@ def cancel_in_another_process(run_id: str, reason: str) -> None:
 
 @pytest.mark.postgres
 def test_cancel_while_an_engine_runs_an_activity_deposes_it() -> None:
-    handle = client.start("tests.slow_middle", args=["cx"], kwargs={"seconds": 4.0})
+    # The activity outlasts the cancel command's process (Django's start-up takes ~2 s
+    # alone, more on a busy machine).
+    handle = client.start("tests.slow_middle", args=["cx"], kwargs={"seconds": 8.0})
     other = client.start("tests.ten_steps", args=["other"])
     engine_a = make_engine("engine-A")
     outcomes: list[TurnOutcome] = []
