@@ -169,9 +169,15 @@ def test_every_run_completes_after_the_broker_was_down_for_10_s(tmp_path: Path) 
                         workers[index] = cluster.worker(concurrency=4)
                         restarts += 1
                 time.sleep(0.2)
-            assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == 0
+            # A worker that kept running may have finished some runs meanwhile: Celery holds
+            # wake-ups with an ETA in the worker's memory, and a turn needs only the
+            # database. The rest wait for the broker, and for the sweep to send them again.
+            during = WorkflowRun.objects.filter(pk__in=runs, status="completed").count()
             wait_all_completed(cluster, runs, 60)
-            print(f"\nbroker down 10 s: all 20 runs completed ({restarts} worker restarts)")
+            print(
+                f"\nbroker down 10 s: all 20 runs completed ({during} during the outage, "
+                f"{restarts} worker restarts)"
+            )
     finally:
         cluster.stop()
         redis_process.kill()
