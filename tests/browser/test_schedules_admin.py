@@ -9,6 +9,8 @@ import time
 from typing import Any
 
 import pytest
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 from django_weft import client, runtime
 from django_weft.models import Schedule, WorkflowRun
@@ -144,6 +146,9 @@ def test_backfilling_a_range_twice_starts_its_runs_once(browser: Browser) -> Non
     assert summary == "4 scheduled times from 2027-01-01 00:00:00 UTC to 2027-01-05 00:00:00 UTC: 4 started."
     assert len(browser.all("table.weft-backfill-fires tbody tr")) == 4
     browser.screenshot("schedule-backfill")
+    first = browser.find("#weft-outcome p")
     browser.find("#weft-backfill-form input[type=submit]").click()  # the form keeps the range
+    # The same selector matches on the page being left: wait for the new page's outcome.
+    WebDriverWait(browser.web, 10).until(expected_conditions.staleness_of(first))
     assert browser.find("#weft-outcome p").text.endswith(": 4 already started.")
     assert WorkflowRun.objects.filter(workflow_id__startswith="daily-report-2027-01-0").count() == 4
