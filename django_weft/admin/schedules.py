@@ -283,8 +283,10 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
             return False
         return super().has_delete_permission(request, obj)
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 passes where the actions are shown (ActionLocation); 5.2 passes nothing.
+        location = {} if action_location is None else {"action_location": action_location}
+        actions = super().get_actions(request, **location)
         actions.pop("delete_selected", None)  # delete_schedules goes through the runtime
         return actions
 
