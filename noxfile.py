@@ -1,8 +1,7 @@
 """Test the package on newer interpreters and Django releases: ``nox -s tests``.
 
 Each session runs the part of the suite that leans on Django and DRF the most (the
-admin, the REST API's flows and schedules, runs, migrations and system checks, and the
-engine), without the process-level tests (``slow``), the schema fuzzing (``fuzz``) and
+admin, the REST API's flows, runs, migrations and system checks, and the engine), without the process-level tests (``slow``), the schema fuzzing (``fuzz``) and
 the browser tests (``browser``), which the baseline run of ``scripts/test`` covers with
 everything else. To keep the test command within its time budget, Python 3.12 runs it
 on PostgreSQL and 3.13 on SQLite (the baseline interpreter runs both databases);
@@ -27,9 +26,7 @@ SKIPPED = "not slow and not fuzz and not browser"
 SUBSET = [
     "tests/admin",
     "tests/api/test_flow.py",
-    "tests/api/test_schedules.py",
     "tests/django/test_runs.py",
-    "tests/django/test_schedules.py",
     "tests/django/test_schema_and_checks.py",
     "tests/engine",
 ]

@@ -8,6 +8,7 @@ sent or started is in the admin log."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,8 +65,14 @@ def logged(run_id: str) -> list[tuple[int, str]]:
 
 
 def parked(workflow: str, *args: Any, id: str) -> WorkflowRun:
+    """A run started and parked at its first wait: by this thread, or by a test's
+    ``driver`` thread when that claims it first."""
     handle = client.start(workflow, args=list(args), id=id)
-    park(handle.run_id)
+    deadline = time.monotonic() + 20
+    while WorkflowRun.objects.get(pk=handle.run_id).status != "waiting":
+        assert time.monotonic() < deadline, "the run did not park"
+        make_engine().run_turn(handle.run_id)  # returns at once when the driver holds it
+        time.sleep(0.01)
     return WorkflowRun.objects.get(pk=handle.run_id)
 
 

@@ -30,7 +30,7 @@ from django_weft.runtime import process_bulk_jobs, start_bulk_job, sync_schedule
 
 from .conftest import PASSWORD, WEFT_PERMISSIONS, Api, make_user
 
-EXAMPLES = {"postgresql": 30, "sqlite": 20}
+EXAMPLES = {"postgresql": 25, "sqlite": 20}
 """Examples per operation and mode: fewer on SQLite, where the API's code is the same and
 the database's own refusals (NUL, lone surrogates, sizes) show within a few examples."""
 DECLARED = "tests-nightly-report"  # declared in code by tests.scheduled_report
