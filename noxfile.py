@@ -1,8 +1,9 @@
 """Test the package on newer interpreters and Django releases: ``nox -s tests``.
 
 Each session runs the part of the suite that leans on Django and DRF the most (the
-admin, the REST API's flows, runs, migrations and system checks, and the engine), without the process-level tests (``slow``), the schema fuzzing (``fuzz``) and
-the browser tests (``browser``), which the baseline run of ``scripts/test`` covers with
+admin, the REST API's flows, runs, migrations and system checks, and the engine),
+without the process-level tests (``slow``), the schema fuzzing (``fuzz``) and the
+browser tests (``browser``), which the baseline run of ``scripts/test`` covers with
 everything else. To keep the test command within its time budget, Python 3.12 runs it
 on PostgreSQL and 3.13 on SQLite (the baseline interpreter runs both databases);
 ``WEFT_NOX_ALL_DATABASES=1`` runs both everywhere, and ``nox -s tests -- tests`` runs the
