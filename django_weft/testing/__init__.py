@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 import uuid
 
-from .conf import weft_settings
-from .dispatch import SweepOnlyDispatcher
-from .engine.executor import Engine
-from .engine.records import TERMINAL_STATUSES, StepStatus
-from .models import Step, WorkflowRun
-from .runtime import _CurrentDispatcher, run_activity, run_finalizer, tick
-from .store import DjangoStore
+from ..conf import weft_settings
+from ..dispatch import SweepOnlyDispatcher
+from ..engine.executor import Engine
+from ..engine.records import TERMINAL_STATUSES, StepStatus
+from ..models import Step, WorkflowRun
+from ..runtime import _CurrentDispatcher, run_activity, run_finalizer, tick
+from ..store import DjangoStore
 
 
 def make_engine(engine_id: str | None = None) -> Engine:
