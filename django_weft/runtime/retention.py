@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ..conf import weft_settings
 from ..engine.registry import registry
@@ -49,6 +49,9 @@ class GcReport:
 
     dry_run: bool = False
     batches: list[GcBatch] = field(default_factory=list)
+    bulk_jobs: int = 0
+    """Finished bulk jobs deleted (in a dry run: that would be), kept as long as the
+    longest period of ``WEFT_RETENTION``."""
 
     @property
     def purged(self) -> Counter[str]:
@@ -81,6 +84,7 @@ class GcReport:
             f"total: {verb} {self.purged_total}" + (f" ({purged})" if purged else "")
             + f"; kept {kept.total()}" + (f" ({_counts(kept)})" if kept else "")
             + f" in {len(self.batches)} batches, {self.seconds:.2f} s"
+            + (f"; {verb} {self.bulk_jobs} finished bulk jobs" if self.bulk_jobs else "")
         )  # fmt: skip
 
 
@@ -111,6 +115,9 @@ def purge_expired(
     kept. A dry run reads the same batches, locks and deletes nothing, and reports the
     same counts (bar concurrent changes).
 
+    Finished bulk jobs (``POST runs/bulk/``) are deleted once they are older than the
+    longest period of ``WEFT_RETENTION`` (never, if a status is kept forever).
+
     Safe to run from several processes at once: each batch locks its runs with
     ``SKIP LOCKED``. A workflow's own retention is known to processes that import it
     (workflows modules are autodiscovered); elsewhere its runs follow the setting."""
@@ -118,7 +125,8 @@ def purge_expired(
     if size < 1 or (limit is not None and limit < 0):
         raise ValueError(f"batch must be at least 1 and limit not negative; got {batch=}, {limit=}")
     store = get_store()
-    scans = [RetentionScan(due) for due in retention_ranges(now or store.db_now())]
+    now = now or store.db_now()
+    scans = [RetentionScan(due) for due in retention_ranges(now)]
     report = GcReport(dry_run=dry_run)
     while not all(scan.done for scan in scans):
         if max_batches is not None and len(report.batches) >= max_batches:
@@ -135,4 +143,8 @@ def purge_expired(
         logger.info("retention: %s", done.line())
         if on_batch is not None:
             on_batch(done)
+    periods = [period for period in weft_settings.RETENTION.values() if period is not None]
+    if len(periods) == len(weft_settings.RETENTION):  # a status kept forever keeps the jobs too
+        cutoff = now - timedelta(seconds=max(periods, default=0.0))
+        report.bulk_jobs = store.purge_finished_bulk_jobs(cutoff, dry_run=dry_run)
     return report

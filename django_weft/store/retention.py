@@ -23,7 +23,7 @@ from django.db.models import Q
 from ..engine.finalizers import UNFINISHED_FINALIZER_STATUSES
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES
 from ..engine.retention import DueRange, KeptReason
-from ..models import WorkflowRun
+from ..models import BulkJob, WorkflowRun
 from .base import StoreBase
 
 _TERMINAL = sorted(TERMINAL_STATUSES)  # as in the partial indexes' predicate (SQLite matches it as written)
@@ -153,3 +153,15 @@ class RetentionMixin(StoreBase):
         updates (one statement each) and applies the ``on_delete`` of a project's own
         models that point at runs."""
         WorkflowRun.objects.using(self.alias).filter(pk__in=ids).only("pk").delete()
+
+    def purge_finished_bulk_jobs(self, finished_before: datetime, *, dry_run: bool = False) -> int:
+        """Delete the finished bulk jobs (completed or failed) that finished before
+        ``finished_before``; return how many (in a dry run: how many would be). Open jobs
+        are never deleted. Jobs are few, so one statement does it."""
+        finished = BulkJob.objects.using(self.alias).filter(
+            status__in=[BulkJob.Status.COMPLETED, BulkJob.Status.FAILED], finished_at__lt=finished_before
+        )
+        if dry_run:
+            return finished.count()
+        deleted, _ = finished.delete()
+        return deleted

@@ -21,7 +21,7 @@ from django.test import override_settings
 
 from django_weft import client
 from django_weft.engine.registry import registry, workflow
-from django_weft.models import Schedule, Signal, Step, Timer, Update, WorkflowRun
+from django_weft.models import BulkJob, Schedule, Signal, Step, Timer, Update, WorkflowRun
 from django_weft.runtime import fire_due_schedules, get_store, purge_expired, tick
 from django_weft.runtime import sweep as sweep_module
 from django_weft.testing import drive
@@ -415,3 +415,44 @@ def test_gc_never_locks_a_live_run_and_holds_a_kept_parent_for_at_most_a_batch()
     assert parent_waits, "the probe never ran"
     assert max(parent_waits) < report.longest_batch + 0.5, (max(parent_waits), report.longest_batch)
     assert exists(*live) == [True] * 40 and Step.objects.count() == 0
+
+
+def make_bulk_job(status: str, finished_days_ago: float | None) -> BulkJob:
+    moment = db_now()
+    finished = None if finished_days_ago is None else moment - timedelta(days=finished_days_ago)
+    return BulkJob.objects.create(
+        action="cancel", runs_from="tests.unused", as_of=moment, status=status, finished_at=finished
+    )
+
+
+def bulk_jobs_left(*jobs: BulkJob) -> list[bool]:
+    present = set(BulkJob.objects.filter(pk__in=[job.pk for job in jobs]).values_list("pk", flat=True))
+    return [job.pk in present for job in jobs]
+
+
+@override_settings(WEFT_RETENTION="30d")
+def test_finished_bulk_jobs_go_after_the_longest_period_and_open_ones_stay() -> None:
+    old = [make_bulk_job("completed", 31), make_bulk_job("failed", 31)]
+    recent = make_bulk_job("completed", 29)
+    open_jobs = [make_bulk_job("running", None), make_bulk_job("pending", None)]
+    dry = purge_expired(dry_run=True)
+    assert dry.bulk_jobs == 2
+    assert "would purge 2 finished bulk jobs" in dry.summary()
+    assert bulk_jobs_left(*old) == [True, True]
+    report = purge_expired()
+    assert report.bulk_jobs == 2
+    assert bulk_jobs_left(*old, recent, *open_jobs) == [False, False, True, True, True]
+
+
+@override_settings(WEFT_RETENTION={"completed": "7d", "failed": "90d"})
+def test_bulk_jobs_are_kept_as_long_as_the_longest_retained_status() -> None:
+    job = make_bulk_job("completed", 60)
+    assert purge_expired().bulk_jobs == 0
+    assert bulk_jobs_left(job) == [True]
+
+
+@override_settings(WEFT_RETENTION={"failed": None})
+def test_a_status_kept_forever_keeps_finished_bulk_jobs_forever() -> None:
+    job = make_bulk_job("completed", 10_000)
+    assert purge_expired().bulk_jobs == 0
+    assert bulk_jobs_left(job) == [True]
