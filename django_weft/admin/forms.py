@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +29,8 @@ from ..engine import codec
 from ..engine.durations import parse_duration
 from ..engine.errors import InvalidDuration, PayloadError
 from ..engine.registry import registry
+from ..engine.search_attributes import NAME_RULE, is_attribute_name
 from ..models.runs import WORKFLOW_ID_MAX_LENGTH
-
-ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,99}")
 
 
 class SearchError(ValueError):
@@ -64,11 +62,8 @@ def parse_run_search(term: str) -> RunSearch:
             ids.append(part)
             continue
         name, _, raw = part.partition("=")
-        if not ATTRIBUTE_NAME.fullmatch(name) or "__" in name:
-            raise SearchError(
-                f"{part!r}: a search attribute name is letters, digits, _ and - (no double _), "
-                "starting with a letter or _ (search attr=value)"
-            )
+        if not is_attribute_name(name):
+            raise SearchError(f"{part!r}: a search attribute name is {NAME_RULE} (search attr=value)")
         attributes.append((name, candidate_values(raw)))
     return RunSearch(tuple(ids), tuple(attributes))
 

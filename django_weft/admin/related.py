@@ -30,8 +30,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..conf import weft_settings
+from ..engine.search_attributes import NAME_RULE, is_attribute_name
 from ..models import WorkflowRun
-from .forms import ATTRIBUTE_NAME
 from .runs import moment, status_badge
 
 DEFAULT_LIMIT = 20
@@ -202,13 +202,8 @@ def related_runs(
     """
     if (workflow_id is None) == (search_attribute is None):
         raise ValueError("related_runs() takes either workflow_id= or search_attribute=, not both or neither")
-    if search_attribute is not None and (
-        not ATTRIBUTE_NAME.fullmatch(search_attribute) or "__" in search_attribute
-    ):
-        raise ValueError(
-            f"{search_attribute!r} is not a search attribute name: letters, digits, _ and - "
-            "(no double _), starting with a letter or _"
-        )
+    if search_attribute is not None and not is_attribute_name(search_attribute):
+        raise ValueError(f"{search_attribute!r} is not a search attribute name: {NAME_RULE}")
     if value is not None and search_attribute is None:
         raise ValueError("value= goes with search_attribute=; a workflow_id callable computes the id itself")
     if limit < 1:

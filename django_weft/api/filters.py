@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -23,11 +22,11 @@ from rest_framework.request import Request
 
 from ..conf import weft_settings
 from ..engine.records import RunStatus
+from ..engine.search_attributes import NAME_RULE, is_attribute_name
 from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
 
 SEARCH_PREFIX = "search."
-_ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,99}")
 
 
 class UTCIsoDateTimeField(IsoDateTimeField):
@@ -148,13 +147,8 @@ def filter_by_search_attributes(queryset: WorkflowRunQuerySet, params: QueryDict
         if not key.startswith(SEARCH_PREFIX):
             continue
         attribute = key[len(SEARCH_PREFIX) :]
-        if not _ATTRIBUTE.fullmatch(attribute) or "__" in attribute:
-            raise exceptions.ValidationError(
-                {
-                    key: "A search attribute name is letters, digits, _ and - (no double _), "
-                    "starting with a letter or _."
-                }
-            )
+        if not is_attribute_name(attribute):
+            raise exceptions.ValidationError({key: f"A search attribute name is {NAME_RULE}."})
         for raw in params.getlist(key):
             if "\x00" in raw:
                 raise exceptions.ValidationError({key: "A search value must not contain a NUL character."})

@@ -22,6 +22,17 @@ ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,99}")
 """A name the REST ``search.<attr>`` filter and the admin's ``attr=value`` search accept
 (also without a double underscore)."""
 
+NAME_RULE = "letters, digits, _ and - (no double _), starting with a letter or _, at most 100 characters"
+"""The rule :func:`is_attribute_name` applies, in words, for error messages."""
+
+
+def is_attribute_name(name: str) -> bool:
+    """Whether ``name`` can be a search attribute's name (:data:`NAME_RULE`): the REST
+    ``search.<attr>`` filter and the admin's ``attr=value`` search can name it, and a
+    double underscore cannot reach into a lookup."""
+    return ATTRIBUTE_NAME.fullmatch(name) is not None and "__" not in name
+
+
 RESERVED_PREFIX = "weft_"
 """Attributes django_weft sets itself (a scheduled run's ``weft_schedule_id`` and
 ``weft_scheduled_at``); workflow code may read them but not set them."""
@@ -63,11 +74,10 @@ def step_name(attributes: Mapping[str, Any]) -> str:
 def _check_name(key: Any) -> str:
     if not isinstance(key, str):
         raise InvalidInput(f"a search attribute name must be a string; got {type(key).__name__} {key!r}")
-    if not ATTRIBUTE_NAME.fullmatch(key) or "__" in key:
+    if not is_attribute_name(key):
         raise InvalidInput(
-            f"search attribute name {key!r} is not allowed: use letters, digits, _ and - (no double _), "
-            "starting with a letter or _, at most 100 characters, so that the REST and admin "
-            "searches can name it"
+            f"search attribute name {key!r} is not allowed: use {NAME_RULE}, so that the REST and "
+            "admin searches can name it"
         )
     if key.lower().startswith(RESERVED_PREFIX):
         raise InvalidInput(
