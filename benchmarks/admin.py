@@ -26,7 +26,6 @@ invocation, unless ``--keep`` reuses the last one (the fill only adds rows).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -38,75 +37,14 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import api as api_bench  # noqa: E402 - after the path is set
+from benchmarks import common  # noqa: E402
 
 DB = "weft_admin_bench"
 HISTORY = 1000
 
 
 def setup_django(keep: bool = False) -> None:
-    import django
-    from django.conf import settings
-
-    with api_bench.admin_connection() as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB]).fetchone()
-        if not (keep and exists):
-            conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {DB}")
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="benchmark-only",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        ALLOWED_HOSTS=["testserver"],
-        INSTALLED_APPS=[
-            "django.contrib.admin",
-            "django.contrib.contenttypes",
-            "django.contrib.auth",
-            "django.contrib.sessions",
-            "django.contrib.messages",
-            "django.contrib.staticfiles",
-            "django_weft",
-        ],
-        MIDDLEWARE=[
-            "django.contrib.sessions.middleware.SessionMiddleware",
-            "django.contrib.auth.middleware.AuthenticationMiddleware",
-            "django.contrib.messages.middleware.MessageMiddleware",
-        ],
-        TEMPLATES=[
-            {
-                "BACKEND": "django.template.backends.django.DjangoTemplates",
-                "APP_DIRS": True,
-                "OPTIONS": {
-                    "context_processors": [
-                        "django.template.context_processors.request",
-                        "django.contrib.auth.context_processors.auth",
-                        "django.contrib.messages.context_processors.messages",
-                    ]
-                },
-            }
-        ],
-        STATIC_URL="static/",
-        ROOT_URLCONF="benchmarks.admin_urls",
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": DB,
-                "USER": os.environ.get("PGUSER", "postgres"),
-                "PASSWORD": os.environ.get("PGPASSWORD", ""),
-                "HOST": os.environ.get("PGHOST", "127.0.0.1"),
-                "PORT": os.environ.get("PGPORT", "5432"),
-                "CONN_MAX_AGE": None,
-            }
-        },
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        WEFT_AUTODISCOVER_MODULE=None,
-        WEFT_DISPATCHER="django_weft.dispatch.SweepOnlyDispatcher",
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
+    common.setup_django(DB, urlconf="benchmarks.admin_urls", admin=True, keep=keep)
     from django_weft import WorkflowContext, workflow
 
     for name in api_bench.WORKFLOWS:  # the workflow filter lists registered names

@@ -22,84 +22,25 @@ invocation.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import common  # noqa: E402 - after the path is set
 
 DB = "weft_api_bench"
 WORKFLOWS = ["bench.orders", "bench.invoices", "bench.emails", "bench.reports"]
 STATUSES = ["completed"] * 6 + ["running", "waiting", "failed", "cancelled"]
 
 
-def admin_connection() -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        host=os.environ.get("PGHOST", "127.0.0.1"),
-        port=int(os.environ.get("PGPORT", "5432")),
-        user=os.environ.get("PGUSER", "postgres"),
-        password=os.environ.get("PGPASSWORD", ""),
-        dbname="postgres",
-        autocommit=True,
-    )
-
-
 def setup_django() -> None:
-    import django
-    from django.conf import settings
-
-    with admin_connection() as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB}")
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="benchmark-only",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        ALLOWED_HOSTS=["testserver"],
-        INSTALLED_APPS=[
-            "django.contrib.contenttypes",
-            "django.contrib.auth",
-            "django.contrib.sessions",
-            "rest_framework",
-            "django_weft",
-        ],
-        MIDDLEWARE=[
-            "django.contrib.sessions.middleware.SessionMiddleware",
-            "django.contrib.auth.middleware.AuthenticationMiddleware",
-        ],
-        ROOT_URLCONF="benchmarks.api_urls",
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": DB,
-                "USER": os.environ.get("PGUSER", "postgres"),
-                "PASSWORD": os.environ.get("PGPASSWORD", ""),
-                "HOST": os.environ.get("PGHOST", "127.0.0.1"),
-                "PORT": os.environ.get("PGPORT", "5432"),
-                "CONN_MAX_AGE": None,
-            }
-        },
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        WEFT_AUTODISCOVER_MODULE=None,
-        WEFT_DISPATCHER="django_weft.dispatch.SweepOnlyDispatcher",
-        # Session authentication (force_login): the timing is the API's, not a password hash's.
-        REST_FRAMEWORK={
-            "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"]
-        },
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
+    common.setup_django(DB, urlconf="benchmarks.api_urls")
 
     from django_weft import WorkflowContext, workflow
 

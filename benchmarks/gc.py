@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import api as api_bench  # noqa: E402 - after the path is set
+from benchmarks import common  # noqa: E402
 
 DB = "weft_gc_bench"
 WORKFLOWS = ["bench.orders", "bench.invoices", "bench.emails", "bench.reports"]
@@ -48,8 +48,7 @@ LIVE_RUNS = 100
 
 
 def setup_django() -> None:
-    api_bench.DB = DB
-    api_bench.setup_django()
+    common.setup_django(DB, urlconf="benchmarks.api_urls")
 
 
 def _table(model: str) -> str:
@@ -309,11 +308,7 @@ def main() -> None:
             f"| medians of {options.rounds} rounds"
         )
     finally:
-        from django.db import connections
-
-        connections.close_all()
-        with api_bench.admin_connection() as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        common.drop_database(DB)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ invocation.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -35,60 +34,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import api as api_bench  # noqa: E402 - after the path is set
+from benchmarks import common  # noqa: E402
 
 DB = "weft_sched_bench"
 WORKFLOW = "bench.scheduled"
 
 
 def setup_django() -> None:
-    import django
-    from django.conf import settings
-
-    with api_bench.admin_connection() as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB}")
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="benchmark-only",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        INSTALLED_APPS=[
-            "django.contrib.contenttypes",
-            "django.contrib.auth",
-            "django.contrib.sessions",
-            "rest_framework",
-            "django_weft",
-        ],
-        MIDDLEWARE=[
-            "django.contrib.sessions.middleware.SessionMiddleware",
-            "django.contrib.auth.middleware.AuthenticationMiddleware",
-        ],
-        ROOT_URLCONF="benchmarks.api_urls",
-        ALLOWED_HOSTS=["testserver"],
-        REST_FRAMEWORK={
-            "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"]
-        },
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": DB,
-                "USER": os.environ.get("PGUSER", "postgres"),
-                "PASSWORD": os.environ.get("PGPASSWORD", ""),
-                "HOST": os.environ.get("PGHOST", "127.0.0.1"),
-                "PORT": os.environ.get("PGPORT", "5432"),
-                "CONN_MAX_AGE": None,
-            }
-        },
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        WEFT_AUTODISCOVER_MODULE=None,
-        WEFT_DISPATCHER="django_weft.dispatch.SweepOnlyDispatcher",
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
+    common.setup_django(DB, urlconf="benchmarks.api_urls")
 
     from django_weft import WorkflowContext, workflow
 
@@ -195,11 +148,7 @@ def main() -> None:
         f"{statistics.median(idle[small]):.2f} ms at {small} vs {statistics.median(idle[large]):.2f} ms "
         f"at {large} (p99 {percentile(idle[small], 0.99):.2f} vs {percentile(idle[large], 0.99):.2f} ms)"
     )
-    with api_bench.admin_connection() as conn:
-        from django.db import connections
-
-        connections.close_all()
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    common.drop_database(DB)
 
 
 if __name__ == "__main__":
