@@ -32,7 +32,7 @@ from .. import runtime
 from ..conf import weft_settings
 from ..engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
 from ..engine.registry import registry
-from ..models import Timer, WorkflowRun
+from ..models import Schedule, Timer, WorkflowRun
 from ..models.messages import UpdateStatus
 from . import timeline, tools
 from .actions import RUN_ACTIONS, RunActionsAdmin
@@ -308,7 +308,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
             "Ownership",
             {"fields": ("owner_id", "owner_epoch", "lease_expires", "claimed"), "classes": ["collapse"]},
         ),
-        ("Family", {"fields": ("parent_link", "children_links")}),
+        ("Family", {"fields": ("parent_link", "children_links", "schedule_link")}),
         ("Search attributes", {"fields": ("search_attributes_json",)}),
     )
     # Every field shown is read-only: a run changes only through the runtime.
@@ -483,6 +483,19 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         if found is None:
             return f"{run.parent_id} (no longer kept)"
         return _run_link(found)
+
+    @admin.display(description="started by schedule")
+    def schedule_link(self, run: WorkflowRun) -> SafeString | str:
+        attributes = run.search_attributes or {}
+        schedule_id = attributes.get("weft_schedule_id")
+        if not isinstance(schedule_id, str):
+            return "-"
+        fire = f"the fire of {attributes.get('weft_scheduled_at') or '?'}"
+        schedules = Schedule.objects.using(weft_settings.DATABASE_ALIAS)
+        if not schedules.filter(pk=schedule_id).exists():
+            return f"{schedule_id} (deleted since), {fire}"
+        url = reverse(f"{self.admin_site.name}:django_weft_schedule_change", args=[schedule_id])
+        return format_html('<a href="{}">{}</a>, {}', url, schedule_id, fire)
 
     @admin.display(description="child runs")
     def children_links(self, run: WorkflowRun) -> SafeString | str:

@@ -158,3 +158,23 @@ def test_a_long_history_renders_and_pages_its_table(admin_client_: Client) -> No
     assert results == set(range(200, 400))
     page_6 = admin_client_.get(change_url(run), {"steps_page": "6"}).content.decode()
     assert "Steps 1001 to 1001 of 1001" in page_6
+
+
+def test_a_scheduled_run_links_back_to_its_schedule(admin_client_: Client) -> None:
+    client.create_schedule("nightly-report", "tests.echo", every="1d")
+    action = client.get_schedule_handle("nightly-report").trigger()
+    run = WorkflowRun.objects.get(pk=action["run_id"])
+    schedule_url = "/admin/django_weft/schedule/nightly-report/change/"
+    html = admin_client_.get(change_url(run)).content.decode()
+    assert f'<a href="{schedule_url}">nightly-report</a>, the fire of ' in html
+
+    client.get_schedule_handle("nightly-report").delete()
+    html = admin_client_.get(change_url(run)).content.decode()
+    assert "nightly-report (deleted since), the fire of " in html
+    assert schedule_url not in html
+
+
+def test_a_run_no_schedule_started_shows_no_schedule(admin_client_: Client) -> None:
+    run = make_run("hand-made", search_attributes={"weft_schedule_id": 7})  # not a schedule's id: left alone
+    html = admin_client_.get(change_url(run)).content.decode()
+    assert "the fire of" not in html
