@@ -295,7 +295,7 @@ def check_admin(project: Project) -> None:
 
     get("/admin/login/")
     home = post("/admin/login/?next=/admin/", {"username": "admin", "password": "admin"})
-    assert "Workflow runs" in home and "Orders" in home
+    assert "Workflows" in home and "Workflow runs" in home and "Orders" in home
 
     run = wait_for(
         lambda: (run := project.api("/api/weft/runs/order-1/"))["status"] == "waiting" and run,
@@ -303,11 +303,12 @@ def check_admin(project: Project) -> None:
         "order-1's run to wait for its signal",
     )
     runs = get("/admin/django_weft/workflowrun/")
-    assert "order-1" in runs and "weft-badge-waiting" in runs and "packed" in runs
+    assert "order-1" in runs and "weft-badge-waiting" in runs and "signal packed or timer" in runs
     page = get(f"/admin/django_weft/workflowrun/{run['run_id']}/change/")
     assert 'class="weft-timeline"' in page and "shop.charge" in page and "shop.mark_paid" in page
     order = get("/admin/shop/order/1/change/")
-    assert "paid" in order and f"/admin/django_weft/workflowrun/{run['run_id']}/change/" in order
+    assert "order 1 (paid)" in order and "receipt-" in order
+    assert f"/admin/django_weft/workflowrun/{run['run_id']}/change/" in order
 
     form = get(f"/admin/django_weft/workflowrun/{run['run_id']}/signal/")
     assert "Send signal" in form
