@@ -20,12 +20,21 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 run_started = Signal()
+"""A run was started (by the client, the REST API, the admin or a parent workflow)."""
 run_completed = Signal()
+"""A run returned; its result is stored."""
 run_failed = Signal()
+"""A run failed (its code raised, an activity failed for good, or replay found
+nondeterminism); ``error`` is the stored error."""
 run_cancelled = Signal()
+"""A run was cancelled, or ended cancelled after a cancellation request; ``error`` says
+why."""
 run_suspended = Signal()
+"""A run was suspended."""
 run_resumed = Signal()
+"""A suspended run was resumed."""
 run_timed_out = Signal()
+"""A run passed its execution timeout; ``error`` says so."""
 
 __all__ = [
     "run_cancelled",

@@ -24,7 +24,7 @@ ensure_venv() {
     local stamp="$VENV/.django-weft-dev-installed" want
     want=$(cd "$ROOT" && "$PY" -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
     if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] &&
-        (cd / && "$PY" -I -c 'import django_weft, django, pytest_django, psycopg, mypy, ruff, rest_framework, drf_spectacular, schemathesis, importlinter, selenium') 2>/dev/null; then
+        (cd / && "$PY" -I -c 'import django_weft, django, pytest_django, psycopg, mypy, ruff, rest_framework, drf_spectacular, schemathesis, importlinter, selenium, mkdocs, material, mkdocstrings_handlers.python') 2>/dev/null; then
         return 0
     fi
     say "installing django-weft with its dev extras into $VENV"

@@ -169,9 +169,13 @@ class WorkflowContext:
             started_at=claimed.created_at,
             **_schedule_info(claimed.search_attributes),
         )
+        """This run: run id, workflow id, workflow name, attempt, start time (and, for a
+        scheduled run, its schedule)."""
         self.logger: logging.LoggerAdapter[logging.Logger] = _ReplayAwareLogger(
             logging.getLogger(f"django_weft.workflow.{workflow.name}"), self
         )
+        """A logger (``django_weft.workflow.<name>``) that is silent while the run replays
+        recorded history, so each line is logged once; lines carry the run's ids."""
 
     # -- the replay cursor ---------------------------------------------------------------
 

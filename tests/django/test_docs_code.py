@@ -1,4 +1,4 @@
-"""The code in the README, the quickstart and the how-to guides must not rot.
+"""The code in the README, the quickstart, the tutorial and the how-to guides must not rot.
 
 Every ``python`` block must parse, and every name it imports from django_weft must
 exist. Everywhere in those pages (blocks and inline code), each ``ctx.<name>``,
@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [
     REPO / "README.md",
     REPO / "docs" / "quickstart.md",
+    REPO / "docs" / "tutorial.md",
     *sorted((REPO / "docs" / "how-to").glob("*.md")),
 ]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
