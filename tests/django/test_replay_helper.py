@@ -9,9 +9,11 @@ any that touched the database."""
 from __future__ import annotations
 
 import json
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from django_weft.engine.errors import InvalidInput
 from django_weft.engine.registry import Registry, registry
@@ -83,3 +85,11 @@ def test_directories_without_histories_and_bad_paths(tmp_path: Path) -> None:
         assert_replays(tmp_path / "nested" / "a.json")
     with pytest.raises(InvalidInput, match="a directory; give one history file"):
         assert_replays(tmp_path)
+
+
+def test_weft_replay_from_files_needs_no_database() -> None:
+    out = StringIO()
+    call_command("weft_replay", "--from-file", str(HISTORIES), stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "replayed 4 runs: 4 ok, 0 diverged, 0 missing workflow"
+    assert [line.split()[0] for line in lines[:-1]] == ["OK"] * 4
