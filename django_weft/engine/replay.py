@@ -223,12 +223,10 @@ def replay_history(
             history_length,
             detail=f"no workflow named {claimed.workflow_name!r} is registered in this code",
         )
-    store = HistoryOnlyStore(claimed.db_now)
-    dispatcher = RefusingDispatcher()
-    engine = Engine(
-        store, dispatcher, lambda: config or EngineConfig(), engine_id="replay", workflows=workflows
-    )
-    ctx = WorkflowContext(engine, claimed, config or EngineConfig(), workflow, read_only=True)
+    settings = config or EngineConfig()
+    store, dispatcher = HistoryOnlyStore(claimed.db_now), RefusingDispatcher()
+    engine = Engine(store, dispatcher, lambda: settings, engine_id="replay", workflows=workflows)
+    ctx = WorkflowContext(engine, claimed, settings, workflow, read_only=True)
     raised: Exception | None = None
     try:
         workflow(ctx, *claimed.args, **claimed.kwargs)
