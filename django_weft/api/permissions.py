@@ -21,6 +21,7 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "list": "view_workflowrun",
     "retrieve": "view_workflowrun",
     "history": "view_workflowrun",
+    "export": "view_workflowrun",
     "result": "view_workflowrun",
     "update_outcome": "view_workflowrun",
     "query": "view_workflowrun",

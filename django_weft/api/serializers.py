@@ -120,6 +120,53 @@ class HistoryPageSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True, help_text="The next page (``?after_seq=``), if any.")
 
 
+class ExportedRunSerializer(serializers.Serializer):
+    """The ``run`` of a history export (times as ISO 8601 text, as the file holds them)."""
+
+    run_id = serializers.CharField()
+    workflow_id = serializers.CharField()
+    workflow = serializers.CharField()
+    workflow_version = serializers.CharField(allow_blank=True)
+    status = serializers.ChoiceField(choices=STATUS_CHOICES)
+    failure_category = serializers.CharField(allow_null=True)
+    args = serializers.JSONField()
+    kwargs = serializers.JSONField()
+    attempt = serializers.IntegerField()
+    result = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    search_attributes = serializers.JSONField()
+    waiting_on = serializers.JSONField(allow_null=True)
+    cancel_request = serializers.JSONField(allow_null=True)
+    parent_run_id = serializers.CharField(allow_null=True)
+    created_at = serializers.CharField()
+    updated_at = serializers.CharField()
+    finished_at = serializers.CharField(allow_null=True)
+
+
+class ExportedStepSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    kind = serializers.CharField()
+    name = serializers.CharField()
+    status = serializers.CharField()
+    attempt = serializers.IntegerField()
+    args = serializers.JSONField(allow_null=True)
+    result = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    started_at = serializers.CharField(allow_null=True)
+    finished_at = serializers.CharField(allow_null=True)
+
+
+class HistoryExportSerializer(serializers.Serializer):
+    """A ``django_weft.history`` document: what ``weft_export_history`` writes and
+    ``weft_replay --from-file`` reads (docs/reference/history-format.md)."""
+
+    format = serializers.CharField(help_text='Always "django_weft.history".')
+    version = serializers.IntegerField(help_text="The format's version (1).")
+    exported_at = serializers.CharField()
+    run = ExportedRunSerializer()
+    steps = ExportedStepSerializer(many=True, help_text="Every recorded step, in seq order.")
+
+
 class ResultSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=STATUS_CHOICES)
     result = serializers.JSONField(required=False, help_text="Present once the run has completed.")

@@ -307,6 +307,19 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
         return Response({"results": s.HistoryEntrySerializer(page, many=True).data, "next": next_url})
 
     @document(
+        summary="The run's history as a file for weft_replay",
+        description="The whole recorded history of the run in the django_weft.history format "
+        "(version 1), the document `manage.py weft_export_history RUN` writes; save it and replay "
+        "it with `manage.py weft_replay --from-file`.",
+        parameters=[REF],
+        responses={200: s.HistoryExportSerializer, **_errors()},
+    )
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, ref: str) -> Response:
+        run = self._run(ref)
+        return Response(s.HistoryExportSerializer(runtime.export_history(str(run.pk))).data)
+
+    @document(
         summary="The run's result (long poll)",
         parameters=[REF, WAIT],
         responses={

@@ -7,7 +7,8 @@ concern: :mod:`.process` (this process's engine and store, the on-commit doorbel
 suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
 :mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
 :mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs), :mod:`.bulk_jobs`
-(the same on every run a filter matches, by the tick); and :mod:`.dispatch`,
+(the same on every run a filter matches, by the tick), :mod:`.histories` (history
+exports) and :mod:`.replay` (checking stored histories against the code); and :mod:`.dispatch`,
 :mod:`.heartbeat`, :mod:`.validation`.
 """
 
@@ -16,6 +17,17 @@ from __future__ import annotations
 from .bulk import BulkFailure, BulkOutcome, BulkRun, apply_bulk, count_runs, refusal_for
 from .bulk_jobs import BulkJobRecord, get_bulk_job, process_bulk_jobs, start_bulk_job
 from .dispatch import delivers, get_dispatcher
+from .histories import (
+    HISTORY_FORMAT,
+    HISTORY_VERSION,
+    ParsedHistory,
+    RunSelection,
+    export_history,
+    history_files,
+    load_history_file,
+    parse_history,
+    stored_documents,
+)
 from .inprocess import InProcessWorker
 from .lifecycle import cancel, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
@@ -38,6 +50,7 @@ from .reading import (
     status_report,
 )
 from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
+from .replay import ReplaySummary, RunReplay, replay_document, replay_files, replay_parsed, replay_runs
 from .retention import GcBatch, GcReport, purge_expired
 from .schedules import (
     ScheduleDescription,
@@ -69,6 +82,8 @@ from .sweep import TickReport, tick
 from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_finalizer, run_turn
 
 __all__ = [
+    "HISTORY_FORMAT",
+    "HISTORY_VERSION",
     "ON_CONFLICT_CHOICES",
     "ActivityOutcome",
     "BulkFailure",
@@ -81,7 +96,11 @@ __all__ = [
     "HistoryEntry",
     "InProcessWorker",
     "Latest",
+    "ParsedHistory",
+    "ReplaySummary",
     "RunRecord",
+    "RunReplay",
+    "RunSelection",
     "ScheduleDescription",
     "SignalAccepted",
     "SignalRecord",
@@ -107,6 +126,7 @@ __all__ = [
     "describe_schedule",
     "describe_schedules",
     "dispatch_finalizer",
+    "export_history",
     "finished_per_minute",
     "fire_due_schedules",
     "get_bulk_job",
@@ -115,7 +135,10 @@ __all__ = [
     "get_run",
     "get_store",
     "history",
+    "history_files",
     "list_schedules",
+    "load_history_file",
+    "parse_history",
     "pause_schedule",
     "process_bulk_jobs",
     "purge_expired",
@@ -127,6 +150,10 @@ __all__ = [
     "read_timers",
     "read_updates",
     "refusal_for",
+    "replay_document",
+    "replay_files",
+    "replay_parsed",
+    "replay_runs",
     "result_of",
     "resume",
     "retry",
@@ -139,6 +166,7 @@ __all__ = [
     "start_bulk_job",
     "start_with",
     "status_report",
+    "stored_documents",
     "suspend",
     "sync_schedules",
     "tick",

@@ -933,3 +933,6 @@ def catches_then_fails(ctx: Any, key: str) -> None:
     except CancellationRequested:
         ctx.run(record, f"{key}:caught")
     handle.result()
+
+
+from . import replay_workflows  # noqa: E402, F401  (registers the replay tests' workflows)
