@@ -4,7 +4,7 @@ The Python client, management commands, Celery tasks, admin actions and API view
 call these functions; the runtime writes no rows itself (the store does). One module per
 concern: :mod:`.process` (this process's engine and store, the on-commit doorbell),
 :mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
-suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
+suspend, resume, retry, reset), :mod:`.worker` (turns, queued activities, finalizers),
 :mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
 :mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs), :mod:`.bulk_jobs`
 (the same on every run a filter matches, by the tick); and :mod:`.dispatch`,
@@ -17,7 +17,7 @@ from .bulk import BulkFailure, BulkOutcome, BulkRun, apply_bulk, count_runs, ref
 from .bulk_jobs import BulkJobRecord, get_bulk_job, process_bulk_jobs, start_bulk_job
 from .dispatch import delivers, get_dispatcher
 from .inprocess import InProcessWorker
-from .lifecycle import cancel, resume, retry, suspend
+from .lifecycle import ResetOutcome, cancel, reset, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
 from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
 from .reading import (
@@ -81,6 +81,7 @@ __all__ = [
     "HistoryEntry",
     "InProcessWorker",
     "Latest",
+    "ResetOutcome",
     "RunRecord",
     "ScheduleDescription",
     "SignalAccepted",
@@ -127,6 +128,7 @@ __all__ = [
     "read_timers",
     "read_updates",
     "refusal_for",
+    "reset",
     "result_of",
     "resume",
     "retry",
