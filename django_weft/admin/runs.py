@@ -38,7 +38,7 @@ from ..models.messages import UpdateStatus
 from . import timeline, tools
 from .actions import RUN_ACTIONS, RunActionsAdmin
 from .forms import SearchError, as_run_id, parse_run_search
-from .reset import may_reset, newer_run, reset_urls
+from .reset import may_reset, reset_urls
 from .waits import describe_wait, waited_positions
 
 LIST_COLUMNS = (
@@ -540,8 +540,10 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         outline = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
         full = runtime.read_steps_at({str(run.pk): [entry.seq for entry in outline]}).get(str(run.pk), {})
         shown = [full.get(entry.seq, entry) for entry in outline]
-        # "Reset to here" on each entry, for a user who may reset and a run that can be.
-        may = may_reset(request) and newer_run(run) is None
+        # "Reset to here" on each entry, for a user who may reset, unless the run was
+        # replaced already (reset, or continued as new). A later start under its workflow
+        # id is found by the reset page instead (one query less for every run page).
+        may = may_reset(request) and run.reset_to is None and run.status != RunStatus.CONTINUED
         reset_url = reverse("admin:django_weft_workflowrun_reset", args=[run.pk]) if may else None
         return {
             "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),

@@ -182,6 +182,36 @@ def test_a_reset_deposes_the_worker_driving_the_old_run(on_postgres: bool) -> No
     assert [executions(f"race:{i}") for i in range(7, 10)] == [1, 1, 1]
 
 
+def test_of_two_resets_racing_one_wins_and_the_other_writes_nothing() -> None:
+    old = failed_ten_steps("twice")
+    workflows.reset_bugs["step_6"] = False
+    outcomes: list[str] = []
+    start = threading.Barrier(2)
+
+    def reset(position: int) -> None:
+        try:
+            start.wait(10)
+            outcomes.append(old.reset(position, reason=f"to {position}").run_id)
+        except InvalidTransition as exc:
+            outcomes.append(exc.message)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=reset, args=(position,)) for position in (4, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    runs = WorkflowRun.objects.filter(workflow_id=old.workflow_id)
+    assert runs.count() == 2, outcomes
+    new = runs.exclude(pk=old.run_id).get()
+    assert len(outcomes) == 2 and str(new.pk) in outcomes
+    refused = next(text for text in outcomes if text != str(new.pk))
+    assert "not the latest run of its workflow id" in refused
+    assert run_of(old).reset_to["run_id"] == str(new.pk)
+    assert Step.objects.filter(run=new).count() == new.reset_from["seq"]
+
+
 @pytest.mark.parametrize("state", ["failed", "waiting"])
 def test_a_reset_commits_everything_or_nothing(state: str) -> None:
     if state == "failed":
@@ -281,6 +311,24 @@ def test_an_update_pending_on_the_old_run_is_applied_by_the_new_one() -> None:
     # Asked on the old run, the answer comes from the copy the new run applied.
     assert runtime.update_result(old.run_id, "d7", wait=5) == 7
     assert new.query("state") == {"discount": 7}
+
+
+def test_an_update_applied_at_or_after_the_cut_is_applied_again_by_the_new_run() -> None:
+    old = client.start("tests.r.discount", args=["again"], id="again")
+    park(old.run_id)  # 0: before, 1: waits for "go"
+    with pytest.raises(UpdateTimeout):
+        old.update("discount", 5, update_id="d5", wait=0)
+    park(old.run_id)  # 2: the update applied, 3: its audit step
+    new = old.reset(1, reason="wait again")
+    park(new.run_id)  # 1: waits again, and applies the update again meanwhile
+    assert executions("again:audit") == 2
+    applied = Update.objects.get(run_id=new.run_id, update_id="d5")
+    assert (applied.status, applied.applied_seq, applied.result) == ("completed", 2, 5)
+    # Its first outcome stays on the old run; the workflow id answers with the new one.
+    first = Update.objects.get(run_id=old.run_id, update_id="d5")
+    assert (first.status, first.applied_seq) == ("completed", 2)
+    assert client.get_handle("again").update_result("d5") == 5
+    assert new.query("state") == {"discount": 5}
 
 
 def test_only_the_latest_run_of_a_workflow_id_can_be_reset() -> None:
