@@ -120,10 +120,11 @@ def check_cut(history: Mapping[int, StepRecord], to_seq: Any, *, label: str) -> 
             missing = f"position {seq} is missing from the history; reset to {seq} or earlier"
             raise _refuse(label, to_seq, missing)
         if kept.status not in FINISHED:
+            what = kept.kind if kept.name == kept.kind else f"{kept.kind} {kept.name}"
             raise _refuse(
                 label,
                 to_seq,
-                f"position {seq} ({kept.kind} {kept.name}) is {kept.status}, not finished: the new run "
+                f"position {seq} ({what}) is {kept.status}, not finished: the new run "
                 "would keep its start without its completion. Reset to position "
                 f"{seq} or earlier (it then runs again)",
             )

@@ -152,7 +152,7 @@ def test_reset_of_a_waiting_run_closes_it_and_redelivers_its_later_signals() -> 
 
 
 def test_a_reset_deposes_the_worker_driving_the_old_run(on_postgres: bool) -> None:
-    old = client.start("tests.r.ten_steps", args=["race", 0.2], id="race")
+    old = client.start("tests.r.ten_steps", args=["race", 0.3], id="race")
     outcomes: list[TurnOutcome] = []
 
     def work() -> None:
@@ -167,10 +167,10 @@ def test_a_reset_deposes_the_worker_driving_the_old_run(on_postgres: bool) -> No
     while Step.objects.filter(run_id=old.run_id).count() < 3:
         assert time.monotonic() < deadline, "the worker did not get to step 3"
         time.sleep(0.01)
-    workflows.reset_bugs["step_6"] = False
 
     new = old.reset(2, reason="reset under a running worker")
     recorded = Step.objects.filter(run_id=old.run_id).count()
+    workflows.reset_bugs["step_6"] = False
 
     worker.join(30)
     assert outcomes == [TurnOutcome.DEPOSED]
@@ -266,7 +266,7 @@ def test_a_cut_the_new_input_cannot_replay_is_refused() -> None:
     refused(old, 2, "at position 0 the history records activity 'tests.record' but the workflow now asks "
             "for activity 'tests.noop'", args=["branch", "noop"])  # fmt: skip
     # An unfinished entry cannot be kept: the sleep would lose its completion.
-    refused(old, 3, r"position 2 \(sleep sleep\) is waiting, not finished.*Reset to position 2 or earlier")
+    refused(old, 3, r"position 2 \(sleep\) is waiting, not finished.*Reset to position 2 or earlier")
     new = old.reset(2, args=["branch", "record"], reason="same path, input given again")
     assert run_of(new).args == ["branch", "record"]
 
@@ -434,3 +434,21 @@ def test_the_old_runs_timers_go_and_the_new_run_arms_its_own() -> None:
     new_fire = Timer.objects.get(run_id=new.run_id, kind="sleep").fire_at
     assert new_fire - old_fire >= timedelta(seconds=0.05)
     assert (executions("timer:first"), executions("timer:second")) == (1, 1)
+
+
+def test_a_run_cancelled_by_a_request_can_be_reset_to_before_the_wait_it_received_it_at() -> None:
+    old = client.start("tests.x.saga", args=["undo"], id="undo")
+    park(old.run_id)  # 0: reserve, 1: sleeps an hour
+    old.cancel(reason="by mistake", mode="request")
+    assert drive(old.run_id) == "cancelled"  # 2: the request received, 3: release
+    kinds = [entry["kind"] for entry in old.history()]
+    assert kinds == ["activity", "sleep", "cancel_request", "activity"]
+    refused(old, 2, "position 2 is a cancellation request received")
+    refused(old, 3, r"position 1 \(sleep\) is waiting, not finished")
+
+    new = old.reset(1, reason="the cancellation was a mistake")
+
+    assert run_of(new).cancel_request is None  # received at 2: not kept
+    park(new.run_id)  # sleeps an hour again
+    assert (executions("undo:reserve"), executions("undo:release")) == (1, 1)
+    assert run_of(old).status == "cancelled" and run_of(old).cancel_request["seq"] == 2
