@@ -342,6 +342,16 @@ def test_only_the_latest_run_of_a_workflow_id_can_be_reset() -> None:
     assert executions("latest:9") == 1
 
 
+def test_a_failed_run_that_was_reset_cannot_be_retried() -> None:
+    old = failed_ten_steps("no-retry")
+    workflows.reset_bugs["step_6"] = False
+    new = old.reset(5, reason="fixed")
+    assert drive(new.run_id) == "completed"
+    with pytest.raises(InvalidTransition, match=f"it was reset, and run {new.run_id} replaced it"):
+        old.retry()
+    assert run_of(old).status == "failed"
+
+
 def test_a_run_past_its_execution_deadline_is_refused() -> None:
     old = client.start("tests.r.branch", args=["late"], id="late", execution_timeout=0.2)
     park(old.run_id)
