@@ -89,6 +89,21 @@ class WorkflowHandle:
         """Reactivate a failed run from its failed step; returns ``"running"``."""
         return runtime.retry(self.run_id)
 
+    def reset(
+        self,
+        to_seq: int,
+        *,
+        args: list[Any] | tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        reason: str,
+    ) -> WorkflowHandle:
+        """Start a new run of this workflow id that replays this run's history before
+        position ``to_seq`` and continues live from there (see
+        :func:`django_weft.runtime.reset`); this run, if still active, is closed. Returns the
+        new run's handle. ``args``/``kwargs`` replace the input; ``reason`` is required."""
+        outcome = runtime.reset(self.run_id, to_seq, args=args, kwargs=kwargs, reason=reason)
+        return WorkflowHandle(outcome.run_id, outcome.workflow_id)
+
     def result(self, timeout: Duration | None = None) -> Any:
         """Wait for the run to finish; return its result.
 

@@ -32,11 +32,13 @@ from .. import runtime
 from ..conf import weft_settings
 from ..engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
 from ..engine.registry import registry
+from ..engine.reset import ResetLink
 from ..models import Schedule, Timer, WorkflowRun
 from ..models.messages import UpdateStatus
 from . import timeline, tools
 from .actions import RUN_ACTIONS, RunActionsAdmin
 from .forms import SearchError, as_run_id, parse_run_search
+from .reset import may_reset, reset_urls
 from .waits import describe_wait, waited_positions
 
 LIST_COLUMNS = (
@@ -308,7 +310,18 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
             "Ownership",
             {"fields": ("owner_id", "owner_epoch", "lease_expires", "claimed"), "classes": ["collapse"]},
         ),
-        ("Family", {"fields": ("parent_link", "children_links", "schedule_link")}),
+        (
+            "Family",
+            {
+                "fields": (
+                    "parent_link",
+                    "children_links",
+                    "reset_from_link",
+                    "reset_to_link",
+                    "schedule_link",
+                )
+            },
+        ),
         ("Search attributes", {"fields": ("search_attributes_json",)}),
     )
     # Every field shown is read-only: a run changes only through the runtime.
@@ -333,7 +346,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
     def get_urls(self) -> list[URLPattern]:
         from .dashboard import dashboard_urls  # imported here: the dashboard uses status_badge
 
-        return [*tools.tool_urls(self), *dashboard_urls(self), *super().get_urls()]
+        return [*tools.tool_urls(self), *reset_urls(self), *dashboard_urls(self), *super().get_urls()]
 
     # -- changelist ---------------------------------------------------------------------
 
@@ -515,6 +528,14 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
             '<ul class="weft-children">{}{}</ul>', links, more if len(children) > CHILDREN_SHOWN else ""
         )
 
+    @admin.display(description="reset from")
+    def reset_from_link(self, run: WorkflowRun) -> SafeString | str:
+        return _reset_link(run.reset_from, "this run kept its entries before position")
+
+    @admin.display(description="reset to")
+    def reset_to_link(self, run: WorkflowRun) -> SafeString | str:
+        return _reset_link(run.reset_to, "it kept this run's entries before position")
+
     # -- the detail page ----------------------------------------------------------------
 
     def render_change_form(
@@ -543,9 +564,15 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         outline = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
         full = runtime.read_steps_at({str(run.pk): [entry.seq for entry in outline]}).get(str(run.pk), {})
         shown = [full.get(entry.seq, entry) for entry in outline]
+        # "Reset to here" on each entry, for a user who may reset, unless the run was
+        # replaced already (reset, or continued as new). A later start under its workflow
+        # id is found by the reset page instead (one query less for every run page).
+        may = may_reset(request) and run.reset_to is None and run.status != RunStatus.CONTINUED
+        reset_url = reverse("admin:django_weft_workflowrun_reset", args=[run.pk]) if may else None
         return {
             "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),
-            "weft_steps": steps_rows(shown),
+            "weft_steps": steps_rows(shown, reset_url=reset_url),
+            "weft_reset_url": reset_url,
             "weft_steps_count": len(entries),
             "weft_steps_page": page,
             "weft_steps_pages": pages,
@@ -583,6 +610,21 @@ def _queue_of(activity_name: str) -> str | None:
     return definition.queue if definition is not None else None
 
 
+def _reset_link(stored: object, how: str) -> SafeString | str:
+    """A reset's other run, as a link, with where the history was cut and why."""
+    link = ResetLink.of(stored)
+    if link is None:
+        return "-"
+    other = (
+        WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        .filter(pk=link.run_id)
+        .only("id", "workflow_id", "workflow_name", "status")
+        .first()
+    )
+    shown = _run_link(other) if other is not None else f"{link.run_id} (no longer kept)"
+    return format_html("{}: {} {} ({}, {})", shown, how, link.seq, link.reason, link.reset_at)
+
+
 def _run_link(run: WorkflowRun) -> SafeString:
     url = reverse("admin:django_weft_workflowrun_change", args=[run.pk])
     return format_html(
@@ -590,13 +632,14 @@ def _run_link(run: WorkflowRun) -> SafeString:
     )
 
 
-def steps_rows(entries: list[runtime.HistoryEntry]) -> SafeString:
+def steps_rows(entries: list[runtime.HistoryEntry], *, reset_url: str | None = None) -> SafeString:
     """The steps table's rows (built here rather than in a template loop: a page of 200
-    steps with ten cells each costs a template engine ten times as long)."""
-    return format_html_join(
+    steps with ten cells each costs a template engine ten times as long). With
+    ``reset_url`` (the run's reset page), each row ends with its "Reset to here" link."""
+    rows = format_html_join(
         "\n",
         '<tr class="weft-step-row" data-seq="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
         (
             (
                 entry.seq,
@@ -612,10 +655,20 @@ def steps_rows(entries: list[runtime.HistoryEntry]) -> SafeString:
                 pretty_json(entry.args) if entry.args is not None else "",
                 pretty_json(entry.result) if entry.result is not None else "",
                 pretty_json(entry.error) if entry.error else "",
+                format_html(
+                    '<td><a href="{}?to_seq={}" class="weft-reset-link" title="A new run keeps the '
+                    'entries before #{} and runs this one again">Reset to here</a></td>',
+                    reset_url,
+                    entry.seq,
+                    entry.seq,
+                )
+                if reset_url
+                else "",
             )
             for entry in entries
         ),
     )
+    return rows
 
 
 # -- the signals, updates and timers tables ---------------------------------------------

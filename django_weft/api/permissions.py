@@ -16,7 +16,9 @@ from rest_framework.request import Request
 from ..conf import weft_settings
 
 #: The ``WorkflowRun`` permission each operation needs (view actions are named as in the viewset).
-#: ``runs/bulk/`` is checked twice: as ``bulk``, then under the name of the action it applies.
+#: ``runs/bulk/`` is checked twice: as ``bulk``, then under the name of the action it applies;
+#: ``runs/{ref}/reset/`` too: as ``reset`` (``cancel_workflowrun``), then as ``create``
+#: (``add_workflowrun``): it closes a run and starts one.
 ACTION_PERMISSIONS: dict[str, str] = {
     "list": "view_workflowrun",
     "retrieve": "view_workflowrun",
@@ -34,6 +36,7 @@ ACTION_PERMISSIONS: dict[str, str] = {
     "send_update": "update_workflowrun",
     "cancel": "cancel_workflowrun",
     "retry": "cancel_workflowrun",
+    "reset": "cancel_workflowrun",
     "terminate": "cancel_workflowrun",
     "request_cancel": "cancel_workflowrun",
     "suspend": "suspend_workflowrun",

@@ -46,6 +46,13 @@ class CancelRequestStateSerializer(serializers.Serializer):
     )
 
 
+class ResetLinkSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField(help_text="The other run.")
+    seq = serializers.IntegerField(help_text="The position the history was cut at.")
+    reason = serializers.CharField()
+    reset_at = serializers.DateTimeField()
+
+
 class RunSerializer(serializers.Serializer):
     """A run: the keys of ``handle.describe()`` plus ``url``."""
 
@@ -72,6 +79,13 @@ class RunSerializer(serializers.Serializer):
     parent_run_id = serializers.UUIDField(allow_null=True)
     cancel_request = CancelRequestStateSerializer(
         allow_null=True, help_text="The latest cancellation request (mode request), or null."
+    )
+    reset_from = ResetLinkSerializer(
+        allow_null=True,
+        help_text="The run this one was reset from (it kept that run's entries before seq), or null.",
+    )
+    reset_to = ResetLinkSerializer(
+        allow_null=True, help_text="The run that replaced this one by a reset, or null."
     )
     url = serializers.URLField()
 
@@ -239,6 +253,25 @@ class CancelRequestSerializer(serializers.Serializer):
 class TransitionSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=STATUS_CHOICES)
     run = RunSerializer()
+
+
+class ResetRequestSerializer(serializers.Serializer):
+    to_seq = serializers.IntegerField(
+        help_text="The position to continue live from: the new run keeps (replays) the entries before it."
+    )
+    reason = serializers.CharField(max_length=2000, help_text="Why; stored on both runs.")
+    args = serializers.ListField(
+        child=serializers.JSONField(), required=False, help_text="New positional input (default: the run's)."
+    )
+    kwargs = serializers.DictField(
+        child=serializers.JSONField(), required=False, help_text="New keyword input (default: the run's)."
+    )
+
+
+class ResetSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=STATUS_CHOICES, help_text="The new run's status.")
+    run = RunSerializer(help_text="The new run; Location names it.")
+    previous_run = RunSerializer(help_text="The run that was reset (closed if it was active).")
 
 
 # -- workflows ---------------------------------------------------------------------------

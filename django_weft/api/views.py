@@ -486,6 +486,47 @@ class RunViewSet(WeftAPIView, viewsets.GenericViewSet):
     def retry(self, request: Request, ref: str) -> Response:
         return self._transition(ref, runtime.retry)
 
+    @document(
+        summary="Reset the run to a position of its history",
+        description="Starts a new run of the workflow id that keeps (replays, never runs again) "
+        "the entries before `to_seq` and continues live from there, with `args`/`kwargs` replacing "
+        "the input if given. The run, if still active, is closed (`cancelled`), in the same "
+        "transaction; both runs link to each other (`reset_from`, `reset_to`). 201 with the new run "
+        "(Location names it). 400 `invalid` (details name `to_seq`) for a position the history "
+        "cannot be cut at, and nothing is written; 409 `conflict` for a run that is not the latest "
+        "of its workflow id. Needs cancel_workflowrun and add_workflowrun.",
+        request=s.ResetRequestSerializer,
+        parameters=[REF],
+        responses={
+            201: OpenApiResponse(s.ResetSerializer, description="The new run; Location names it."),
+            **_errors(409),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def reset(self, request: Request, ref: str) -> Response:
+        # Checked as "reset" (cancel_workflowrun) already; it starts a run too.
+        self.weft_action = "create"
+        self.check_permissions(request)
+        body = s.ResetRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        run = self._run(ref)
+        outcome = runtime.reset(
+            str(run.pk),
+            data["to_seq"],
+            args=data.get("args"),
+            kwargs=data.get("kwargs"),
+            reason=data["reason"],
+        )
+        template = self._url_template()
+        new = dict(s.RunSerializer(self._described(runtime.read_run(outcome.run_id), template)).data)
+        previous = dict(s.RunSerializer(self._described(runtime.read_run(str(run.pk)), template)).data)
+        return Response(
+            {"status": new["status"], "run": new, "previous_run": previous},
+            status=status.HTTP_201_CREATED,
+            headers={"Location": new["url"]},
+        )
+
     # -- bulk operations ---------------------------------------------------------------
 
     @document(

@@ -153,6 +153,7 @@ class WorkflowContext:
         self._fatal: NonDeterminismError | None = None
         # Set while a signal or update handler runs: it may not block.
         self._in_handler: str | None = None
+        self._frontier_in_handler: str | None = None
         # A cancellation request pending at the claim: received at the first blocking point.
         self._cancel_request = None if read_only else claimed.cancel_request
         self._activities = ActivityCalls(self)
@@ -211,6 +212,9 @@ class WorkflowContext:
     def _frontier(self) -> None:
         """In a read-only replay, end it here: the operation would execute or write."""
         if self._read_only:
+            # Where the replay ended: in the body, or inside a handler (a reset must not
+            # cut a handler application from the steps it took).
+            self._frontier_in_handler = self._in_handler
             self._unwinding = QueryFrontier("end of the recorded history")
             raise self._unwinding
 

@@ -20,6 +20,7 @@ class ErrorType(enum.StrEnum):
     ACTIVITY_NOT_REGISTERED = "django_weft.ActivityNotRegistered"  # unknown to the worker
     UNKNOWN_HANDLER = "django_weft.UnknownHandler"  # an update the run blocked without a handler for
     UPDATE_REJECTED = "django_weft.UpdateValidationError"  # an update its validator rejected in the run
+    RESET = "django_weft.Reset"  # the run was closed by a reset (and an update pending then: carried over)
 
 
 UPDATE_ERROR_ON_CLOSE: dict[str, ErrorType] = {

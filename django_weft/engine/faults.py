@@ -36,6 +36,7 @@ POINTS = frozenset(
         "before_cancel_delivery",
         "before_finalizer_finish",
         "schedule_before_advance",
+        "before_reset_commit",
     }
 )
 

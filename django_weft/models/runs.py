@@ -71,6 +71,11 @@ class WorkflowRun(models.Model):
     # The latest cancellation request (handle.cancel(mode="request")): reason, requested_at,
     # and seq, the position where the workflow received it (null while pending).
     cancel_request = models.JSONField(null=True, blank=True)
+    # A reset (runtime.reset): on the new run, the run it was reset from; on that run, the
+    # run that replaced it. Each {"run_id", "seq", "reason", "reset_at"}; no foreign key:
+    # retention may purge either run, and the link then names a run no longer kept.
+    reset_from = models.JSONField(null=True, blank=True)
+    reset_to = models.JSONField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     # Ownership (DESIGN §4): at most one owner; the epoch only ever grows.

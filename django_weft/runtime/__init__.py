@@ -4,7 +4,7 @@ The Python client, management commands, Celery tasks, admin actions and API view
 call these functions; the runtime writes no rows itself (the store does). One module per
 concern: :mod:`.process` (this process's engine and store, the on-commit doorbell),
 :mod:`.starts`, :mod:`.messages` (signals, updates, queries), :mod:`.lifecycle` (cancel,
-suspend, resume, retry), :mod:`.worker` (turns, queued activities, finalizers),
+suspend, resume, retry, reset), :mod:`.worker` (turns, queued activities, finalizers),
 :mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
 :mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs), :mod:`.bulk_jobs`
 (the same on every run a filter matches, by the tick), :mod:`.histories` (history
@@ -29,7 +29,7 @@ from .histories import (
     stored_documents,
 )
 from .inprocess import InProcessWorker
-from .lifecycle import cancel, resume, retry, suspend
+from .lifecycle import ResetOutcome, cancel, reset, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
 from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
 from .reading import (
@@ -98,6 +98,7 @@ __all__ = [
     "Latest",
     "ParsedHistory",
     "ReplaySummary",
+    "ResetOutcome",
     "RunRecord",
     "RunReplay",
     "RunSelection",
@@ -154,6 +155,7 @@ __all__ = [
     "replay_files",
     "replay_parsed",
     "replay_runs",
+    "reset",
     "result_of",
     "resume",
     "retry",

@@ -1,4 +1,4 @@
-"""Lifecycle operations on a run, from any process: cancel, suspend, resume, retry."""
+"""Lifecycle operations on a run, from any process: cancel, suspend, resume, retry, reset."""
 
 from __future__ import annotations
 
@@ -17,11 +17,14 @@ from ..engine.errors import (
     WorkflowTerminalError,
 )
 from ..engine.records import (
+    ClaimedRun,
     RunStatus,
 )
+from ..engine.registry import registry
+from ..engine.reset import ResetOutcome, check_cut, replay_kept
 from ..models import WorkflowRun
 from .dispatch import delivers, get_dispatcher
-from .process import _dispatch_on_commit, get_store
+from .process import _dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .worker import dispatch_finalizer
 
@@ -165,3 +168,110 @@ def retry(ref: str | uuid.UUID) -> str:
     logger.info("run %s (%s %s): retried%s", run.pk, run.workflow_name, run.workflow_id,
                 f" from position {removed}" if removed is not None else "")  # fmt: skip
     return RunStatus.RUNNING
+
+
+REASON_MAX_LENGTH = 2000
+"""The longest reset reason (it is stored on both runs)."""
+
+
+def reset(
+    ref: str | uuid.UUID,
+    to_seq: int,
+    *,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    reason: str,
+) -> ResetOutcome:
+    """Start a new run of the run's workflow id from position ``to_seq`` of its history.
+
+    The new run keeps the entries before ``to_seq`` (copied: they replay, nothing in them
+    runs again) and continues live from there; ``args``/``kwargs`` replace the input (the
+    kept entries must still replay with it). The old run, if active, is closed
+    (``cancelled``, its worker deposed at its next write, its timers removed, its children
+    handled by their parent-close policy, no finalizer); finished or not, it links to the
+    new run (``reset_to``) and the new run to it (``reset_from``). Both happen in one
+    transaction, or neither. Signals and updates the workflow received at or after
+    ``to_seq``, and those still pending, are delivered to the new run again.
+
+    Returns a :class:`ResetOutcome`. Nothing is written when it raises: ``InvalidInput``
+    (``field`` ``"to_seq"``) for a position the history cannot be cut at or the new run
+    could not replay to, a missing reason or bad input; ``InvalidTransition`` if the run is
+    not the latest of its workflow id, another run of the id is active, or the deadline
+    has passed; ``WorkflowNotRegistered`` if this process does not have the workflow's code
+    (the kept entries are replayed here first)."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput("a reset needs a reason (a non-empty string), stored on both runs", field="reason")
+    if len(reason) > REASON_MAX_LENGTH:
+        raise InvalidInput(
+            f"the reason is {len(reason)} characters long; the limit is {REASON_MAX_LENGTH}", field="reason"
+        )
+    codec.dumps(reason, what="the reset reason")  # no NUL, no lone surrogate
+    run = get_run(ref)
+    definition = registry.get_workflow(run.workflow_name)
+    new_args, new_kwargs = _reset_input(run, args, kwargs)
+    definition.check_arguments(new_args, new_kwargs)
+    store = get_store()
+    label = f"run {run.pk} ({run.workflow_name} {run.workflow_id})"
+    history = store.load_steps(str(run.pk))
+    check_cut(history, to_seq, label=label)
+    kept = {seq: history[seq] for seq in range(to_seq)}
+    replay_kept(
+        get_engine(),
+        ClaimedRun(
+            run_id=str(run.pk),
+            workflow_id=run.workflow_id,
+            workflow_name=run.workflow_name,
+            args=new_args,
+            kwargs=new_kwargs,
+            epoch=0,
+            attempt=1,
+            created_at=run.created_at,
+            db_now=store.db_now(),
+            steps=kept,
+            parent_run_id=str(run.parent_id) if run.parent_id else None,
+            search_attributes=run.search_attributes or {},
+        ),
+        to_seq,
+        label=label,
+    )
+    dispatcher = get_dispatcher()
+    with transaction.atomic(using=store.alias):
+        outcome = store.reset(
+            run.pk,
+            to_seq,
+            kept=kept,
+            args=new_args,
+            kwargs=new_kwargs,
+            version=definition.version,
+            reason=reason,
+            dispatched=delivers(dispatcher),
+        )
+    logger.info("run %s (%s %s): reset to position %s as run %s (%s)", run.pk, run.workflow_name,
+                run.workflow_id, to_seq, outcome.run_id, reason)  # fmt: skip
+    if outcome.closed:
+        _close_children(str(run.pk), f"its parent run {run.pk} was reset")
+    # Rung after the old run's children are closed: a child the new run starts again at
+    # the same position takes the same workflow id, which a live child would still hold.
+    if delivers(dispatcher):
+        dispatcher.dispatch_turn(outcome.run_id)
+    return outcome
+
+
+def _reset_input(
+    run: WorkflowRun, args: list[Any] | tuple[Any, ...] | None, kwargs: dict[str, Any] | None
+) -> tuple[list[Any], dict[str, Any]]:
+    """The new run's input: the old run's, with ``args`` and ``kwargs`` replaced if given."""
+    limit = weft_settings.MAX_PAYLOAD_BYTES
+    if args is None:
+        new_args = list(run.args or [])
+    elif isinstance(args, list | tuple):
+        new_args = codec.loads(codec.dumps(list(args), what="args", limit=limit))
+    else:
+        raise InvalidInput(f"args must be a list; got {type(args).__name__}", field="args")
+    if kwargs is None:
+        new_kwargs = dict(run.kwargs or {})
+    elif isinstance(kwargs, dict) and all(isinstance(key, str) for key in kwargs):
+        new_kwargs = codec.loads(codec.dumps(kwargs, what="kwargs", limit=limit))
+    else:
+        raise InvalidInput("kwargs must be a dict with string keys", field="kwargs")
+    return new_args, new_kwargs

@@ -276,6 +276,10 @@ def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
             return row["result"]
         if row["status"] in (UpdateStatus.FAILED, UpdateStatus.REJECTED):
             error = row["error"] or {}
+            carried = _carried_by_reset(error, row["update_id"])
+            if carried is not None:
+                pk = carried  # its run was reset: the new run applies the copy
+                continue
             if error.get("type") == ErrorType.UNKNOWN_HANDLER:
                 raise UnknownHandler(
                     f"update {row['name']!r} ({row['update_id']}) of run {row['run_id']}: "
@@ -305,6 +309,23 @@ def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
             )
         time.sleep(min(delay, remaining))
         delay = min(delay * 1.5, 0.1)
+
+
+def _carried_by_reset(error: dict[str, Any], update_id: str) -> int | None:
+    """The row of the update's copy on the run that replaced its run by a reset, if it was
+    pending then (and the copy is still kept)."""
+    if error.get("type") != ErrorType.RESET or not error.get("run_id"):
+        return None
+    try:
+        run_id = uuid.UUID(str(error["run_id"]))
+    except ValueError:
+        return None
+    return (
+        Update.objects.using(weft_settings.DATABASE_ALIAS)
+        .filter(run_id=run_id, update_id=update_id)
+        .values_list("pk", flat=True)
+        .first()
+    )
 
 
 def _terminal(run: WorkflowRun, what: str) -> WorkflowTerminalError:

@@ -15,6 +15,7 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncMinute
 
 from ..conf import weft_settings
+from ..engine.error_types import ErrorType
 from ..engine.errors import (
     ResultTimeout,
     WorkflowCancelled,
@@ -148,7 +149,8 @@ def history(run: WorkflowRun) -> list[dict[str, Any]]:
 def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
     """Wait for the run to finish and return its result, or raise its outcome's error.
 
-    A ``continued`` run is followed to its successor.
+    A ``continued`` run is followed to its successor, and a run closed by a reset to the
+    run that replaced it (a finished run reset later keeps its own outcome).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = poll
@@ -164,6 +166,10 @@ def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> 
         if status == RunStatus.CONTINUED:
             current = (row["result"] or {})["continued_as"]
             continue
+        replaced_by = _closed_by_reset(status, row["error"])
+        if replaced_by is not None:
+            current = replaced_by
+            continue
         if status in TERMINAL_STATUSES:
             raise _outcome_error(current, row["workflow_id"], status, row["error"] or {})
         if deadline is not None and time.monotonic() >= deadline:
@@ -175,6 +181,14 @@ def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> 
         pause = delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0))
         time.sleep(pause)
         delay = min(delay * 1.5, 0.25)
+
+
+def _closed_by_reset(status: str, error: Any) -> str | None:
+    """The run that replaced a run a reset closed, else ``None``."""
+    if status != RunStatus.CANCELLED or not isinstance(error, dict) or error.get("type") != ErrorType.RESET:
+        return None
+    replaced_by = error.get("reset_to")
+    return str(replaced_by) if replaced_by else None
 
 
 def _outcome_error(run_id: str, workflow_id: str, status: str, error: dict[str, Any]) -> Exception:

@@ -43,6 +43,11 @@ class RunRecord:
     """The latest cancellation request (``cancel(mode="request")``): ``reason``,
     ``requested_at`` and ``seq``, the position where the workflow received it (``None``
     while pending); ``None`` if there was none."""
+    reset_from: dict[str, Any] | None = None
+    """The run this one was reset from (``reset()``): ``run_id``, ``seq`` (this run kept
+    that run's entries before it), ``reason`` and ``reset_at``; ``None`` if it was not."""
+    reset_to: dict[str, Any] | None = None
+    """The run that replaced this one by a reset, in the same shape; ``None`` if none did."""
     ready_at: datetime | None = None
     """Runnable since (not part of :meth:`as_dict`)."""
 
@@ -71,6 +76,8 @@ class RunRecord:
             finished_at=run.finished_at,
             parent_run_id=str(run.parent_id) if run.parent_id else None,
             cancel_request=run.cancel_request,
+            reset_from=run.reset_from,
+            reset_to=run.reset_to,
             ready_at=run.ready_at,
         )
 

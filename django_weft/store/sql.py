@@ -30,7 +30,7 @@ from ..engine.records import (
     StepWrite,
     TimerWrite,
 )
-from ..models import Step, Timer, Update, WorkflowRun
+from ..models import Signal, Step, Timer, Update, WorkflowRun
 
 try:
     import psycopg
@@ -43,6 +43,7 @@ RUN_TABLE = WorkflowRun._meta.db_table
 STEP_TABLE = Step._meta.db_table
 TIMER_TABLE = Timer._meta.db_table
 UPDATE_TABLE = Update._meta.db_table
+SIGNAL_TABLE = Signal._meta.db_table
 
 _STEP_COLUMNS = (
     "run_id, seq, kind, name, status, args, result, error, attempt, "
@@ -355,3 +356,34 @@ class SqlStatements(StoreBase):
         """PostgreSQL: a transaction-scoped advisory lock on a workflow id."""
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
+
+    def _copy_for_reset(self, old: uuid.UUID, new: uuid.UUID, cut: int, now: datetime) -> None:
+        """A reset's copies, from run ``old`` to run ``new``, each one ``INSERT ... SELECT``
+        (payloads never leave the database; times are kept as recorded):
+
+        - the steps before position ``cut``, as recorded;
+        - every signal in arrival order, consumed where a kept step consumed it, else
+          buffered again (those consumed at or after the cut are received again);
+        - every update in arrival order: with its outcome if it was applied before the cut
+          (or answered without being applied), else accepted again, to be applied by the
+          new run (those pending, and those applied at or after the cut)."""
+        params = {"old": self._run_key(old), "new": self._run_key(new), "cut": cut, "now": self._dt(now)}
+        again = "(status = 'accepted' OR applied_seq >= %(cut)s)"
+        statements = (
+            f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "
+            "result, error, attempt, started_at, finished_at, created_at, updated_at "
+            f"FROM {STEP_TABLE} WHERE run_id = %(old)s AND seq < %(cut)s",
+            f"INSERT INTO {SIGNAL_TABLE} (run_id, name, payload, signal_id, received_at, consumed_seq) "
+            "SELECT %(new)s, name, payload, signal_id, received_at, "
+            "CASE WHEN consumed_seq < %(cut)s THEN consumed_seq END "
+            f"FROM {SIGNAL_TABLE} WHERE run_id = %(old)s ORDER BY id",
+            f"INSERT INTO {UPDATE_TABLE} (update_id, run_id, name, payload, status, result, error, "
+            "applied_seq, validated, created_at, updated_at) "
+            f"SELECT update_id, %(new)s, name, payload, CASE WHEN {again} THEN 'accepted' ELSE status END, "
+            f"CASE WHEN {again} THEN NULL ELSE result END, CASE WHEN {again} THEN NULL ELSE error END, "
+            f"CASE WHEN {again} THEN NULL ELSE applied_seq END, validated, created_at, %(now)s "
+            f"FROM {UPDATE_TABLE} WHERE run_id = %(old)s ORDER BY id",
+        )
+        with self.connection.cursor() as cursor:
+            for sql in statements:
+                cursor.execute(sql, params)

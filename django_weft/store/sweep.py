@@ -98,6 +98,9 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
             .filter(
                 status=RunStatus.WAITING,
                 children__status__in=finished,
+                # A child that was reset is not the child the parent waits for: its
+                # replacement is (child_outcome reads the newest run at that position).
+                children__reset_to__isnull=True,
                 steps__kind=StepKind.CHILD,
                 steps__status=StepStatus.WAITING,
                 steps__seq=F("children__parent_seq"),

@@ -80,6 +80,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
 
     _LOCKED_FIELDS = (
         "status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id", "cancel_request",
+        "reset_to",
     )  # fmt: skip
 
     def _lock_run(self, run_pk: uuid.UUID) -> dict[str, Any]:
@@ -245,6 +246,14 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         run = self._lock_run(run_pk)
         if run["status"] != RunStatus.FAILED:
             raise self._refuse(run_pk, run, "retried", "a failed", terminal=False)
+        replaced_by = (run["reset_to"] or {}).get("run_id")
+        if replaced_by:
+            raise InvalidTransition(
+                f"run {run_pk} cannot be retried: it was reset, and run {replaced_by} replaced it. "
+                "Retry or reset that run instead",
+                run_id=str(run_pk),
+                status=run["status"],
+            )
         error = run["error"] or {}
         failed_seq = error.get("seq") if isinstance(error.get("seq"), int) else None
         try:

@@ -102,6 +102,7 @@ def _every_route(api: Api, ref: str) -> list[Callable[[], Any]]:
         lambda: api.post(f"runs/{ref}/suspend/"),
         lambda: api.post(f"runs/{ref}/resume/"),
         lambda: api.post(f"runs/{ref}/retry/"),
+        lambda: api.post(f"runs/{ref}/reset/", {"to_seq": 0, "reason": "hidden"}),
     ]
 
 

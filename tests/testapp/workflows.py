@@ -935,4 +935,84 @@ def catches_then_fails(ctx: Any, key: str) -> None:
     handle.result()
 
 
+# -- reset -----------------------------------------------------------------------------
+
+reset_bugs: dict[str, bool] = {"step_6": True}
+"""The bug the reset tests fix: step 6 of ``tests.r.ten_steps`` raises while it is set.
+A process test sets it with the environment (WEFT_TEST_RESET_FIXED=1 clears it)."""
+
+
+@activity(name="tests.r.step", retry=NO_RETRY)
+def reset_step(key: str, i: int, seconds: float = 0.0) -> int:
+    """One SideEffect row per execution (``<key>:<i>``); step 6 fails until fixed."""
+    if seconds:
+        time.sleep(seconds)
+    SideEffect.objects.create(key=f"{key}:{i}")
+    fixed = os.environ.get("WEFT_TEST_RESET_FIXED") == "1" or not reset_bugs["step_6"]
+    if i == 6 and not fixed:
+        raise RuntimeError("a bug in step 6")
+    return i
+
+
+@workflow(name="tests.r.ten_steps")
+def reset_ten_steps(ctx: Any, key: str, seconds: float = 0.0) -> int:
+    return sum(ctx.run(reset_step, key, i, seconds) for i in range(10))
+
+
+@workflow(name="tests.r.discount")
+def reset_discount(ctx: Any, key: str) -> dict[str, Any]:
+    """0: a step; 1: waits for "go", while an update "discount" may be applied (2, and its
+    audit step 3); then steps "after" and 6 (which fails until fixed)."""
+    state: dict[str, Any] = {"discount": 0}
+
+    def discount(value: int) -> int:
+        ctx.run(audit, f"{key}:audit", value)
+        state["discount"] = value
+        return value
+
+    ctx.on_update("discount", discount)
+    ctx.on_query("state", lambda: dict(state))
+    ctx.run(record, f"{key}:before")
+    ctx.wait_signal("go")
+    ctx.run(record, f"{key}:after")
+    ctx.run(reset_step, key, 6)
+    return state
+
+
+@workflow(name="tests.r.branch")
+def reset_branch(ctx: Any, key: str, path: str = "record") -> str:
+    """Its first step depends on its input: a reset with another ``path`` cannot replay it."""
+    ctx.run(record if path == "record" else noop, f"{key}:first")
+    ctx.run(record, f"{key}:second")
+    ctx.sleep(3600)
+    return path
+
+
+@workflow(name="tests.r.signals")
+def reset_signals(ctx: Any, key: str, count: int = 3) -> list[Any]:
+    """Consumes ``count`` signals "item", recording a step after each."""
+    received: list[Any] = []
+    for i in range(count):
+        received.append(ctx.wait_signal("item"))
+        ctx.run(record, f"{key}:got-{i}")
+    return received
+
+
+@workflow(name="tests.r.parent")
+def reset_parent(ctx: Any, key: str) -> dict[str, Any]:
+    """0: a step; 1: a child that sleeps an hour (terminated when the parent closes); 2: waits."""
+    ctx.run(record, f"{key}:parent")
+    handle = ctx.start_child(child, key, 3600)
+    return {"child": handle.result()}
+
+
+@workflow(name="tests.r.attributes")
+def reset_attributes(ctx: Any, key: str) -> str:
+    ctx.set_search_attributes({"stage": "one"})
+    ctx.run(record, f"{key}:one")
+    ctx.set_search_attributes({"stage": "two"})
+    ctx.wait_signal("go")
+    return "done"
+
+
 from . import replay_workflows  # noqa: E402, F401  (registers the replay tests' workflows)
