@@ -334,3 +334,10 @@ def test_the_fixture_works_with_transactional_db(weft) -> None:
     run = weft.start(wf.approval, 14)
     weft.advance("7d")
     assert run.status() == "completed"
+
+
+def test_more_due_timers_than_a_sweep_batch_all_fire(weft, settings) -> None:
+    settings.WEFT_TICK_BATCH = 2
+    runs = [weft.start(wf.sleeper, "1h") for _ in range(5)]
+    weft.advance("1h")
+    assert [run.status() for run in runs] == ["completed"] * 5
