@@ -341,3 +341,20 @@ def test_more_due_timers_than_a_sweep_batch_all_fire(weft, settings) -> None:
     runs = [weft.start(wf.sleeper, "1h") for _ in range(5)]
     weft.advance("1h")
     assert [run.status() for run in runs] == ["completed"] * 5
+
+
+def test_a_renewed_lease_runs_from_the_virtual_time_and_holds_off_a_takeover(weft, settings) -> None:
+    run = client.start(wf.now)
+    owner = make_engine("slow-worker")
+    claimed = owner.store.claim(run.run_id, owner.engine_id, settings.WEFT_LEASE_TTL, 0.5)
+    assert claimed is not None
+    weft.advance(settings.WEFT_LEASE_TTL - 1)
+    assert owner.store.renew(owner.engine_id, {run.run_id: claimed.epoch}, settings.WEFT_LEASE_TTL) == set()
+    row = WorkflowRun.objects.get(pk=run.run_id)
+    assert row.lease_expires_at == weft.now() + timedelta(seconds=settings.WEFT_LEASE_TTL)
+    # Past the first lease and its grace, within the renewed one: still the owner's.
+    weft.advance(settings.WEFT_LEASE_TTL)
+    row.refresh_from_db()
+    assert (row.owner_id, row.status) == ("slow-worker", "running")
+    weft.advance(settings.WEFT_TAKEOVER_GRACE + 1)
+    assert run.status() == "completed"
