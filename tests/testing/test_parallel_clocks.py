@@ -81,7 +81,10 @@ def test_each_worker_sees_only_its_own_clock(weft, weft_start_time: datetime) ->
 @pytest.mark.slow
 @pytest.mark.skipif(RENDEZVOUS is not None, reason="the outer test only")
 def test_two_xdist_workers_keep_their_own_clocks(tmp_path: Path) -> None:
-    env = {**os.environ, "WEFT_TEST_CLOCK_RENDEZVOUS": str(tmp_path)}
+    # Test databases of its own (pytest-django names them <name>_gw0, _gw1), apart from
+    # those of this run, which may be an xdist worker called gw0 itself.
+    name = f"{os.environ.get('WEFT_TEST_PG_TEST_NAME', 'test_weft')}_clocks{WORKER.removeprefix('master')}"
+    env = {**os.environ, "WEFT_TEST_CLOCK_RENDEZVOUS": str(tmp_path), "WEFT_TEST_PG_TEST_NAME": name}
     done = subprocess.run(
         [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "each",
