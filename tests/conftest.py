@@ -7,6 +7,9 @@ from django.db import connection
 
 from django_weft.engine import faults
 
+# The weft fixture (django_weft.testing), as a project turns it on in its root conftest.
+pytest_plugins = ["django_weft.testing"]
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from django.conf import settings

@@ -10,7 +10,6 @@ replay them, retry them, queue them.
 from __future__ import annotations
 
 import contextvars
-import time
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from . import codec, faults
+from . import activity_overrides, clock, codec, faults
 from .errors import ActivityFailed, CancellationRequested, PayloadError
 from .records import (
     TERMINAL_STATUSES,
@@ -176,8 +175,9 @@ def call_activity(
     token = _current_activity.set(info)
     try:
         with within() if within is not None else nullcontext():
+            body = activity_overrides.body_of(act)
             value, result_json = codec.roundtrip(
-                act.fn(*args, **kwargs), what=f"the result of activity {act.name}"
+                body(*args, **kwargs), what=f"the result of activity {act.name}"
             )
         return Attempt(value=value, result_json=result_json)
     except Exception as exc:
@@ -352,7 +352,7 @@ class ActivityCalls:
                 raise activity_failed(act.name, seq, error, attempt)
             delay = policy.delay_after(attempt)
             if delay <= ctx._config.inline_retry_max_delay:
-                time.sleep(delay)
+                clock.sleep(delay)
                 ctx._enter()  # the lease may have been lost while waiting
                 attempt += 1
                 continue

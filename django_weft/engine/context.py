@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 import random as _random
-import time
 import uuid
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from . import codec, faults, waits
+from . import clock, codec, faults, waits
 from .activities import (
     MAX_REDISPATCH_DELAY,
     ActivityCalls,
@@ -147,7 +146,7 @@ class WorkflowContext:
         self._steps = dict(claimed.steps)
         self._history_length = (max(claimed.steps) + 1) if claimed.steps else 0
         self._seq = 0
-        self._clock_origin = time.monotonic()
+        self._clock_origin = clock.monotonic()
         self._patches: dict[str, bool] = {}
         self._unwinding: Unwind | None = None
         self._fatal: NonDeterminismError | None = None
@@ -188,8 +187,9 @@ class WorkflowContext:
 
     def _db_now(self) -> datetime:
         # The database's clock at claim time plus the time elapsed since, so timer
-        # fire times and due checks agree with the sweep, which uses the database clock.
-        return self._claimed.db_now + timedelta(seconds=time.monotonic() - self._clock_origin)
+        # fire times and due checks agree with the sweep, which uses the database clock
+        # (both the virtual clock's in a test that installed one).
+        return self._claimed.db_now + timedelta(seconds=clock.monotonic() - self._clock_origin)
 
     def _enter(self) -> None:
         if self._unwinding is not None:

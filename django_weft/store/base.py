@@ -10,11 +10,13 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.functions import Now
 from django.dispatch import Signal
+from django.utils import timezone
 
 from .. import signals
 from ..conf import weft_settings
-from ..engine import codec
+from ..engine import clock, codec
 from ..engine.error_types import UPDATE_ERROR_ON_CLOSE, ErrorType
 from ..engine.errors import (
     Deposed,
@@ -62,6 +64,24 @@ class StoreBase:
     @property
     def is_postgres(self) -> bool:
         return self.connection.vendor == "postgresql"
+
+    @property
+    def _clock_in_sql(self) -> bool:
+        """Whether a statement reads the time itself (PostgreSQL's ``now()``): on
+        PostgreSQL unless a virtual clock is installed, whose time is bound instead."""
+        return self.connection.vendor == "postgresql" and clock.installed() is None
+
+    def _local_now(self) -> datetime:
+        """The time, without a round trip: the virtual clock's if one is installed, else the
+        process's clock (SQLite's database clock; a stamp that needs no precision)."""
+        virtual = clock.installed()
+        return timezone.now() if virtual is None else virtual.now()
+
+    def _now_value(self) -> Any:
+        """The time to write in an ORM update: the database's ``Now()`` (so the statement
+        is what it is without the seam), or the virtual clock's time as a value."""
+        virtual = clock.installed()
+        return Now() if virtual is None else virtual.now()
 
     def _run_key(self, run_id: str | uuid.UUID) -> Any:
         value = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))

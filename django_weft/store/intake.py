@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models.functions import Now
-
 from .. import signals
 from ..engine.errors import (
     UnknownHandler,
@@ -36,8 +34,8 @@ class IntakeMixin(SqlStatements):
             id=run_id,
             workflow_id=str(run_id),
             status=RunStatus.RUNNING,
-            ready_at=Now(),
-            dispatched_at=Now() if dispatched else None,
+            ready_at=self._now_value(),
+            dispatched_at=self._now_value() if dispatched else None,
             **fields,
         )
 

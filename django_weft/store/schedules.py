@@ -82,12 +82,12 @@ class SchedulesMixin(SqlStatements):
         lock, no transaction, on the two partial indexes; a tick with nothing to do
         stops here."""
         table = Schedule._meta.db_table
-        now = "now()" if self.is_postgres else "%s"
+        now = "now()" if self._clock_in_sql else "%s"
         sql = (
             f"SELECT EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND next_fire_at <= {now}), "
             f"EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND buffered_count > 0)"
         )
-        params = [] if self.is_postgres else [self._dt(self.db_now())]
+        params = [] if self._clock_in_sql else [self._dt(self._local_now())]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             due, buffered = cursor.fetchone()

@@ -8,7 +8,8 @@ lock the same row and rotate the epoch, so whichever commits second sees the oth
 
 Lease times use the database clock on PostgreSQL (``now()``), so clock skew between
 worker hosts cannot make a live lease look expired. SQLite is embedded: its clock is the
-local clock.
+local clock. A test's virtual clock (:mod:`django_weft.engine.clock`) replaces both:
+its time is bound as a parameter where the statement would read ``now()``.
 """
 
 from __future__ import annotations
@@ -95,20 +96,30 @@ class SqlStatements(StoreBase):
     lease renewal, timer upserts and the database clock."""
 
     def db_now(self) -> datetime:
-        if self.is_postgres:
-            with self.connection.cursor() as cursor:
-                cursor.execute("SELECT now()")
-                return _aware(cursor.fetchone()[0])
-        return timezone.now()
+        """The database clock (the transaction's start on PostgreSQL), or the virtual
+        clock's time if a test installed one (:mod:`django_weft.engine.clock`)."""
+        if not self._clock_in_sql:
+            return self._local_now()
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            return _aware(cursor.fetchone()[0])
 
     def _transition_now(self) -> datetime:
         """The database clock *after* the row lock was taken (``clock_timestamp()``, not the
         transaction's start): later than every commit the lock waited for."""
-        if not self.is_postgres:
-            return timezone.now()
+        if not self._clock_in_sql:
+            return self._local_now()
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT clock_timestamp()")
             return _aware(cursor.fetchone()[0])
+
+    def _sql_now(self, params: dict[str, Any]) -> str:
+        """The time inside a PostgreSQL statement: ``now()``, or with a virtual clock
+        installed a parameter ``%(now)s`` bound to its time (added to ``params``)."""
+        if self._clock_in_sql:
+            return "now()"
+        params["now"] = self._local_now()
+        return "%(now)s"
 
     def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> tuple[Any, ...] | None:
         # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
@@ -117,7 +128,7 @@ class SqlStatements(StoreBase):
             "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
             "parent_id, search_attributes, cancel_request"
         )
-        if self.is_postgres:
+        if self._clock_in_sql:
             sql = (
                 f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
                 "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
@@ -128,7 +139,8 @@ class SqlStatements(StoreBase):
             )
             params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
         else:
-            now = timezone.now()
+            # SQLite, or a virtual clock: the times are computed here and bound.
+            now = self._local_now()
             sql = (
                 f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
                 "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
@@ -259,9 +271,10 @@ class SqlStatements(StoreBase):
         params = self._step_params(run_id, owner, epoch, step)
         if self.is_postgres:
             kept = {key: value for key, value in attributes.items() if value is not None}
+            now = self._sql_now(params)
             sql = (
                 f"WITH fence AS (UPDATE {RUN_TABLE} SET search_attributes = "
-                "(search_attributes || %(set)s::jsonb) - %(removed)s::text[], updated_at = now() "
+                f"(search_attributes || %(set)s::jsonb) - %(removed)s::text[], updated_at = {now} "
                 "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s RETURNING id) "
                 f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT fence.id, {self._step_values()} "
                 f"FROM fence {_STEP_ON_CONFLICT} RETURNING id"
@@ -318,24 +331,25 @@ class SqlStatements(StoreBase):
         ``None`` if the fence did not match (nothing written)."""
         # One statement (one round trip): the conditional UPDATE is the fence, and the
         # timer DELETE only sees a row if the UPDATE matched.
+        params: dict[str, Any] = {
+            "status": status, "result": result_json, "error": error_json, "category": category,
+            "id": self._run_key(run_id), "owner": owner, "epoch": epoch,
+            "unanswered": codec.dumps(_unanswered_error(status)),
+        }  # fmt: skip
+        now = self._sql_now(params)
         sql = (
             f"WITH done AS (UPDATE {RUN_TABLE} SET status = %(status)s, result = %(result)s::jsonb, "
             "error = %(error)s::jsonb, failure_category = %(category)s, owner_id = NULL, "
             "lease_expires_at = NULL, ready_at = NULL, dispatched_at = NULL, waiting_on = NULL, "
-            "finished_at = now(), updated_at = now() "
+            f"finished_at = {now}, updated_at = {now} "
             "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
             "RETURNING id, workflow_id, workflow_name), "
             f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
             "AND fired_at IS NULL), "
             f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
-            "updated_at = now() WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
+            f"updated_at = {now} WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
             "SELECT workflow_id, workflow_name FROM done"
         )
-        params = {
-            "status": status, "result": result_json, "error": error_json, "category": category,
-            "id": self._run_key(run_id), "owner": owner, "epoch": epoch,
-            "unanswered": codec.dumps(_unanswered_error(status)),
-        }  # fmt: skip
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -344,13 +358,15 @@ class SqlStatements(StoreBase):
     def _renew_leases_in_one_statement(self, keys: list[Any], owner: str, ttl: float) -> None:
         """PostgreSQL: extend the leases of the runs ``keys`` still owned by ``owner``,
         skipping rows locked right now."""
+        params: dict[str, Any] = {"ttl": ttl, "ids": keys, "owner": owner}
+        now = self._sql_now(params)
         sql = (
-            f"UPDATE {RUN_TABLE} SET lease_expires_at = now() + %(ttl)s * interval '1 second' "
+            f"UPDATE {RUN_TABLE} SET lease_expires_at = {now} + %(ttl)s * interval '1 second' "
             f"WHERE id IN (SELECT id FROM {RUN_TABLE} WHERE id = ANY(%(ids)s) AND owner_id = %(owner)s "
             "FOR UPDATE SKIP LOCKED)"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"ttl": ttl, "ids": keys, "owner": owner})
+            cursor.execute(sql, params)
 
     def _lock_workflow_id(self, workflow_id: str) -> None:
         """PostgreSQL: a transaction-scoped advisory lock on a workflow id."""

@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 from django.db import transaction
-from django.db.models.functions import Now
 
 from ..engine import codec
 from ..engine.activities import cancellation_seen
@@ -90,7 +89,7 @@ class TurnMessagesMixin(SqlStatements):
                 self._write_step(cursor, run_id, owner, epoch, step)
             Update.objects.using(self.alias).filter(
                 pk=update_pk, run_id=uuid.UUID(str(run_id)), applied_seq__isnull=True
-            ).update(applied_seq=step.seq, updated_at=Now())
+            ).update(applied_seq=step.seq, updated_at=self._now_value())
 
     def answer_update(
         self,
@@ -115,7 +114,7 @@ class TurnMessagesMixin(SqlStatements):
                 status=UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
                 result=codec.loads(result_json) if result_json is not None else None,
                 error=codec.loads(error_json) if error_json is not None else None,
-                updated_at=Now(),
+                updated_at=self._now_value(),
             )
 
     def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
@@ -125,7 +124,7 @@ class TurnMessagesMixin(SqlStatements):
                 raise _deposed(run_id, owner, epoch, f"failing update {update_pk}")
             Update.objects.using(self.alias).filter(
                 pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
-            ).update(status=UpdateStatus.FAILED, error=error, updated_at=Now())
+            ).update(status=UpdateStatus.FAILED, error=error, updated_at=self._now_value())
 
     def deliver_cancel_request(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, delivered: CancelRequest, at: int | None

@@ -10,8 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models.functions import Now
-from django.utils import timezone
 
 from ..engine import codec
 from ..engine.parking import (
@@ -211,7 +209,7 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
             if not locked:
                 raise _deposed(run_id, owner, epoch, "park")
             request = CancelRequest.of(locked[0])
-            now = timezone.now()
+            now = self._local_now()
             with self.connection.cursor() as cursor:
                 for step in steps:
                     self._write_step(cursor, run_id, owner, epoch, step)
@@ -230,7 +228,7 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
                 lease_expires_at=None,
                 ready_at=None,
                 dispatched_at=None,
-                updated_at=Now(),
+                updated_at=self._now_value(),
             )
             if not parked:
                 raise _deposed(run_id, owner, epoch, "park")
@@ -248,7 +246,9 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         )
         for pk, name in list(refused):
             Update.objects.using(self.alias).filter(pk=pk).update(
-                status=UpdateStatus.FAILED, error=unknown_update_error(name, handled), updated_at=Now()
+                status=UpdateStatus.FAILED,
+                error=unknown_update_error(name, handled),
+                updated_at=self._now_value(),
             )
 
     def _finish(
@@ -297,15 +297,15 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
                 ready_at=None,
                 dispatched_at=None,
                 waiting_on=None,
-                finished_at=Now(),
-                updated_at=Now(),
+                finished_at=self._now_value(),
+                updated_at=self._now_value(),
             )
             if not finished:
                 raise _deposed(run_id, owner, epoch, what)
             key = uuid.UUID(str(run_id))
             Timer.objects.using(self.alias).filter(run_id=key).unfired().delete()
             Update.objects.using(self.alias).filter(run_id=key, status=UpdateStatus.ACCEPTED).update(
-                status=UpdateStatus.FAILED, error=_unanswered_error(status), updated_at=Now()
+                status=UpdateStatus.FAILED, error=_unanswered_error(status), updated_at=self._now_value()
             )
             assert names is not None
             self._announce_finish(run_id, names[0], names[1], status, error_json)
@@ -415,9 +415,9 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
             self._owned(run_id, owner, epoch).update(
                 owner_id=None,
                 lease_expires_at=None,
-                dispatched_at=None if redispatch else Now(),
-                ready_at=Now(),
-                updated_at=Now(),
+                dispatched_at=None if redispatch else self._now_value(),
+                ready_at=self._now_value(),
+                updated_at=self._now_value(),
             )
         )
 
@@ -433,7 +433,7 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         if self.is_postgres:
             self._renew_leases_in_one_statement(list(keys), owner, ttl)
         else:
-            until = timezone.now() + timedelta(seconds=ttl)
+            until = self._local_now() + timedelta(seconds=ttl)
             self._runs().filter(pk__in=list(held), owner_id=owner).update(lease_expires_at=until)
         current = {
             str(pk): (owner_id, epoch)

@@ -1,84 +1,95 @@
-"""Helpers for testing workflows: drive runs synchronously in the test process.
+"""Testing workflows: a pytest plugin with a time-skipping ``weft`` fixture, and helpers.
 
-Nothing in django_weft imports this module. Typical use::
+Nothing in django_weft imports this package. Turn the plugin on in the project's root
+``conftest.py``::
 
-    from django_weft.testing import drive
+    pytest_plugins = ["django_weft.testing"]
 
-    handle = client.start("orders.fulfil", args=[42])
-    assert drive(handle.run_id) == "completed"
+and use the ``weft`` fixture (see ``docs/how-to/testing-workflows.md``)::
+
+    def test_the_trial_converts(weft):
+        run = weft.start(trial, "ann@example.com")
+        weft.advance("30d")
+        weft.signal(run, "payment_method_added", {"card": "visa"})
+        assert run.result() == "subscribed"
+
+The fixture is :class:`~django_weft.testing.environment.WeftTestEnvironment`; its
+virtual clock starts at the wall clock's time, or at what the ``weft_start_time``
+fixture returns (override it in a ``conftest.py`` or a test module).
+
+The helpers run on real time: :func:`drive` runs a run's turns until it finishes,
+:func:`make_engine` makes an engine with its own identity, :func:`run_queued_activities`
+and :func:`run_finalizer_now` run that work in this thread.
+
+The Django parts are imported when first used, so the plugin also loads before Django is
+set up (``pytest -p django_weft.testing``).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from ..conf import weft_settings
-from ..dispatch import SweepOnlyDispatcher
-from ..engine.executor import Engine
-from ..engine.records import TERMINAL_STATUSES, StepStatus
-from ..models import Step, WorkflowRun
-from ..runtime import _CurrentDispatcher, run_activity, run_finalizer, tick
-from ..store import DjangoStore
+if TYPE_CHECKING:
+    from .environment import ActivityMock, WeftBusy, WeftTestEnvironment
+    from .helpers import drive, make_engine, run_finalizer_now, run_queued_activities
 
+_LAZY = {
+    "drive": "helpers",
+    "make_engine": "helpers",
+    "run_finalizer_now": "helpers",
+    "run_queued_activities": "helpers",
+    "ActivityMock": "environment",
+    "WeftBusy": "environment",
+    "WeftTestEnvironment": "environment",
+}
 
-def make_engine(engine_id: str | None = None) -> Engine:
-    """A fresh engine with its own identity (two of them act like two worker processes)."""
-    return Engine(DjangoStore(), _CurrentDispatcher(), weft_settings.engine_config, engine_id=engine_id)
-
-
-def run_queued_activities(run_id: str) -> int:
-    """Run, in this thread, every queued activity attempt of ``run_id`` that is waiting
-    for a worker; return how many ran."""
-    pending = list(
-        Step.objects.using(weft_settings.DATABASE_ALIAS)
-        .filter(run_id=uuid.UUID(str(run_id)), status=StepStatus.SCHEDULED)
-        .order_by("seq")
-        .values_list("seq", "attempt")
-    )
-    for seq, attempt in pending:
-        run_activity(str(run_id), seq, attempt)
-    return len(pending)
-
-
-def run_finalizer_now(run_id: str) -> str | None:
-    """Run, in this thread, the pending (or retrying) finalizer attempt of ``run_id``, if
-    any; return the finalizer's status afterwards (``None`` if the run has none)."""
-    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
-    finalizer = runs.filter(pk=run_id).values_list("finalizer", flat=True).first()
-    if not finalizer:
-        return None
-    if finalizer.get("status") in ("pending", "retrying"):
-        run_finalizer(str(run_id), int(finalizer.get("attempt", 0)) + 1)
-        finalizer = runs.filter(pk=run_id).values_list("finalizer", flat=True).first() or {}
-    return str(finalizer.get("status"))
+__all__ = [
+    "ActivityMock",
+    "WeftBusy",
+    "WeftTestEnvironment",
+    "drive",
+    "make_engine",
+    "run_finalizer_now",
+    "run_queued_activities",
+    "weft",
+    "weft_start_time",
+]
 
 
-def drive(run_id: str, *, engine: Engine | None = None, timeout: float = 10.0) -> str:
-    """Run turns of ``run_id`` (firing its timers as they come due, running its queued
-    activities in this thread) until it is terminal; then its finalizer, if it has one
-    to run (retries included, without waiting for their delays).
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
 
-    Returns the final status; raises ``TimeoutError`` after ``timeout`` seconds.
-    """
-    engine = engine or make_engine()
-    deadline = time.monotonic() + timeout
-    sweep = SweepOnlyDispatcher()
-    while True:
-        engine.run_turn(str(run_id))
-        run_queued_activities(str(run_id))
-        status = (
-            WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
-            .filter(pk=run_id)
-            .values_list("status", flat=True)
-            .first()
-        )
-        if status is None or status in TERMINAL_STATUSES:
-            while run_finalizer_now(str(run_id)) in ("pending", "retrying"):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the finalizer of run {run_id} did not finish in {timeout} s")
-            return str(status)
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"run {run_id} still {status} after {timeout} s")
-        tick(sweep)
-        time.sleep(0.01)
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def _weft_start_time() -> datetime | None:
+    """When the ``weft`` fixture's virtual clock starts (a timezone-aware datetime);
+    ``None``, the default, starts it at the wall clock's time. Override this fixture to
+    pin the date a test runs on."""
+    return None
+
+
+def _weft(db: None, weft_start_time: datetime | None) -> Iterator[WeftTestEnvironment]:
+    """Run workflows in this test's thread and database, synchronously, on a virtual
+    clock of this test's own; activities can be replaced with ``weft.mock_activity``.
+    Uses pytest-django's ``db`` (or ``transactional_db``, if the test asks for it)."""
+    from .environment import WeftTestEnvironment
+
+    with WeftTestEnvironment(start=weft_start_time) as environment:
+        yield environment
+
+
+try:
+    import pytest
+except ImportError:  # the helpers work without pytest; the fixtures need it
+    pass
+else:
+    weft_start_time = pytest.fixture(name="weft_start_time")(_weft_start_time)
+    weft = pytest.fixture(name="weft")(_weft)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from decimal import Decimal
 from typing import Any
 
 from django_weft import (
@@ -142,3 +143,70 @@ def nightly_report(ctx: WorkflowContext) -> dict[str, Any]:
     day = ctx.info.scheduled_at or ctx.now()
     ctx.logger.info("orders on %s: %s", day.date(), counts)
     return {"scheduled_at": day.isoformat(), "orders": counts}
+
+
+# -- a subscription trial: a month of waiting, then a week's grace ----------------------------
+
+#: How long a trial of the monthly coffee subscription lasts.
+TRIAL_LENGTH = "30d"
+#: How long the customer then has to add a payment method before the trial lapses.
+PAYMENT_GRACE = "7d"
+MONTHLY_PRICE = Decimal("12.00")
+
+
+@activity(name="orders.send_trial_ending")
+def send_trial_ending(customer: str) -> str:
+    """Email the customer that the trial is over and a payment method is needed. A real
+    mailer would be given ``activity_info().idempotency_key``."""
+    logger.info("emailed %s: the trial has ended; add a card to keep the subscription", customer)
+    return f"msg-{activity_info().idempotency_key}"
+
+
+@activity(
+    name="orders.charge_subscription",
+    retry=RetryPolicy(max_attempts=4, initial_interval="1h", backoff=2, max_interval="4h"),
+)
+def charge_subscription(customer: str, card: str) -> str:
+    """Charge the first month to the customer's card; return the provider's receipt.
+
+    A card that is declined for now, or a provider that does not answer, is tried again
+    an hour later, then two hours and four hours after that: payment problems clear up
+    in hours, not seconds. The run waits durably meanwhile (a timer, no worker)."""
+    digest = hashlib.sha256(activity_info().idempotency_key.encode()).hexdigest()[:12]
+    logger.info("charged %s %s to card %s", customer, MONTHLY_PRICE, card)
+    return f"rcpt-{digest}"
+
+
+@activity(name="orders.open_subscription_order", atomic=True)
+def open_subscription_order(customer: str, receipt: str) -> int:
+    """The first month's order, paid. Atomic: created once, with the step that records it."""
+    order = Order.objects.create(
+        customer=customer, amount=MONTHLY_PRICE, status=Order.Status.PAID, receipt=receipt
+    )
+    return order.pk
+
+
+@workflow(name="orders.subscription_trial")
+def subscription_trial(ctx: WorkflowContext, customer: str) -> dict[str, Any]:
+    """A 30-day trial of the monthly subscription, then a week to add a payment method.
+
+    Start it with ``client.start("orders.subscription_trial", args=["Ada"], id="trial-ada")``;
+    the customer's card arrives as the ``payment_method_added`` signal (``{"card": ...}``).
+    Its tests (``example_project/orders/tests/``) live through the 37 days in well under a
+    second, on the ``weft`` fixture's virtual clock."""
+    ctx.sleep(TRIAL_LENGTH)
+    ctx.run(send_trial_ending, customer)
+    try:
+        payment = ctx.wait_signal("payment_method_added", timeout=PAYMENT_GRACE)
+    except SignalTimeout:
+        ctx.logger.info("the trial of %s lapsed without a payment method", customer)
+        return {"customer": customer, "outcome": "lapsed", "at": ctx.now().isoformat()}
+    receipt = ctx.run(charge_subscription, customer, payment["card"])
+    order = ctx.run(open_subscription_order, customer, receipt)
+    return {
+        "customer": customer,
+        "outcome": "subscribed",
+        "order": order,
+        "receipt": receipt,
+        "at": ctx.now().isoformat(),
+    }

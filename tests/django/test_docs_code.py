@@ -2,7 +2,8 @@
 
 Every ``python`` block must parse, and every name it imports from django_weft must
 exist. Everywhere in those pages (blocks and inline code), each ``ctx.<name>``,
-``client.<name>`` and ``handle.<name>`` must be a real method or attribute, and each
+``client.<name>``, ``handle.<name>`` and ``weft.<name>`` (the pytest fixture) must be a
+real method or attribute, and each
 ``manage.py weft_<command>`` line must name an existing command and only options that
 the command accepts. A rename or a removed option fails here, naming the page and line.
 """
@@ -23,6 +24,7 @@ from django.core.management import get_commands, load_command_class
 
 from django_weft import client
 from django_weft.engine.context import WorkflowContext
+from django_weft.testing import WeftTestEnvironment
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -97,13 +99,15 @@ def _instance_attributes(cls: type) -> set[str]:
     return names
 
 
-# What each receiver in the docs is: ``ctx`` the workflow context, ``handle`` a run's handle.
+# What each receiver in the docs is: ``ctx`` the workflow context, ``handle`` a run's handle,
+# ``weft`` the pytest fixture.
 RECEIVERS = {
     "ctx": _instance_attributes(WorkflowContext),
     "client": set(dir(client)),
     "handle": _instance_attributes(client.WorkflowHandle),
+    "weft": _instance_attributes(WeftTestEnvironment),
 }
-MEMBER = re.compile(r"(?<![\w.])(ctx|client|handle)\.([A-Za-z_]\w*)")
+MEMBER = re.compile(r"(?<![\w.])(ctx|client|handle|weft)\.([A-Za-z_]\w*)")
 
 
 def _mentions() -> list[tuple[str, str, str]]:

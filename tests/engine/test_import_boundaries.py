@@ -27,6 +27,7 @@ import django_weft.engine.durations, django_weft.engine.retry, django_weft.engin
 import django_weft.engine.faults, django_weft.engine.ports, django_weft.engine.records
 import django_weft.engine.activities, django_weft.engine.messages, django_weft.engine.children
 import django_weft.engine.waits, django_weft.engine.fencing, django_weft.engine.unwind
+import django_weft.engine.clock, django_weft.engine.activity_overrides
 import django_weft.engine.testing.memory_store
 import django_weft
 print("ok", django_weft.RetryPolicy().max_attempts)

@@ -17,8 +17,7 @@ Each block the page marks with an HTML comment (invisible on the site) is a step
   over HTTP (log in, the run list, the run's page, the order's page, Send signal).
 
 A line the test does not know how to run fails it: a new kind of step needs a rule here.
-The last step, the page's own pytest file with the ``weft`` fixture, is skipped while
-``django_weft.testing`` has no ``weft`` yet.
+The last step runs the page's own pytest file, with the ``weft`` fixture.
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import django_weft.testing
 
 from .conftest import REPO, wait_for
 
@@ -371,6 +368,4 @@ def test_the_tutorial_works_as_written(project: Project) -> None:
     assert statuses.strip().splitlines()[-1] == "[(1, 'shipped'), (2, 'shipped')]"
     assert time.monotonic() - started < 240
     assert project.tests is not None, "the tutorial ends with its tests"
-    if not hasattr(django_weft.testing, "weft"):
-        pytest.skip("the weft fixture is not in django_weft.testing yet")
     run_tutorial_tests(project, *project.tests)
