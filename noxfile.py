@@ -51,4 +51,5 @@ def tests(session: nox.Session, django: str) -> None:
         # Options after "--" (-k, -x) apply to the subset; a path there replaces it.
         paths_given = any(arg.startswith("tests") for arg in session.posargs)
         targets = list(session.posargs) if paths_given else [*SUBSET, *session.posargs]
-        session.run("pytest", "-q", "-p", "no:cacheprovider", "-m", SKIPPED, *targets, env=env)
+        parallel = ["-n", "2", "--dist", "loadfile"]  # two pytest-xdist workers
+        session.run("pytest", "-q", "-p", "no:cacheprovider", *parallel, "-m", SKIPPED, *targets, env=env)
