@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,19 +12,10 @@ from ... import runtime
 from ...engine.durations import parse_duration
 from ...engine.errors import InvalidInput
 from ...runtime.histories import DEFAULT_BATCH
+from ._arguments import positive
 
 BAD_INPUT = 2
 """The exit code for a command line or file these commands cannot use (1 is a failed check)."""
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
 
 
 def add_selection_arguments(parser: Any, *, runs_help: str) -> None:

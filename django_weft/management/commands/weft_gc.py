@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import runtime
 from ...engine.errors import WeftError
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
+from ._arguments import positive
 
 
 class Command(BaseCommand):
@@ -32,11 +22,9 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="report what would be deleted, and delete nothing"
         )
         parser.add_argument(
-            "--batch", type=_positive, default=None, help="runs per batch (default: WEFT_TICK_BATCH)"
+            "--batch", type=positive, default=None, help="runs per batch (default: WEFT_TICK_BATCH)"
         )
-        parser.add_argument(
-            "--limit", type=_positive, default=None, help="stop after deleting this many runs"
-        )
+        parser.add_argument("--limit", type=positive, default=None, help="stop after deleting this many runs")
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbose = options["verbosity"] > 0
