@@ -15,6 +15,7 @@ broker to write to, whatever the workflow code asks for.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
@@ -227,13 +228,7 @@ def replay_history(
     store, dispatcher = HistoryOnlyStore(claimed.db_now), RefusingDispatcher()
     engine = Engine(store, dispatcher, lambda: settings, engine_id="replay", workflows=workflows)
     ctx = WorkflowContext(engine, claimed, settings, workflow, read_only=True)
-    raised: Exception | None = None
-    try:
-        workflow(ctx, *claimed.args, **claimed.kwargs)
-    except Unwind:
-        pass
-    except Exception as exc:
-        raised = exc
+    raised = run_body(workflow, ctx, claimed)
     refused = store.refused + dispatcher.refused
     if refused:
         raise ReplayWriteRefused(
@@ -296,3 +291,16 @@ def _raised_early(ctx: WorkflowContext, raised: Exception, history_length: int) 
         recorded={"kind": recorded.kind, "name": recorded.name} if recorded else {},
         requested={"kind": "raise", "name": description["type"]},
     )
+
+
+def run_body(workflow: Callable[..., Any], ctx: WorkflowContext, claimed: ClaimedRun) -> Exception | None:
+    """Run ``workflow``'s body on ``ctx`` with the run's input until it returns or unwinds
+    (a read-only context unwinds where the recorded history ends); return what it raised
+    otherwise, or ``None``."""
+    try:
+        workflow(ctx, *claimed.args, **claimed.kwargs)
+    except Unwind:
+        return None
+    except Exception as exc:
+        return exc
+    return None

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from .context import WorkflowContext
 from .errors import InvalidInput
 from .records import ClaimedRun, RunStatus, StepKind, StepRecord, StepStatus
-from .unwind import ContinueAsNew, QueryFrontier, Unwind
+from .replay import run_body
+from .unwind import ContinueAsNew, QueryFrontier
 
 if TYPE_CHECKING:
     from .executor import Engine
@@ -138,13 +139,7 @@ def replay_kept(engine: Engine, claimed: ClaimedRun, to_seq: int, *, label: str)
     ``WorkflowNotRegistered`` if this process does not know the workflow."""
     workflow = engine.workflows.get_workflow(claimed.workflow_name)
     ctx = WorkflowContext(engine, claimed, engine.config(), workflow, read_only=True)
-    raised: Exception | None = None
-    try:
-        workflow(ctx, *claimed.args, **claimed.kwargs)
-    except Unwind:
-        pass
-    except Exception as exc:
-        raised = exc
+    raised = run_body(workflow, ctx, claimed)
     fatal = ctx._fatal
     if fatal is not None:
         recorded = getattr(fatal, "recorded", None) or {}
