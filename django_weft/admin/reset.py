@@ -27,7 +27,7 @@ from .. import runtime
 from ..conf import weft_settings
 from ..engine.errors import WeftError
 from ..models import WorkflowRun
-from ..runtime.lifecycle import REASON_MAX_LENGTH
+from ..runtime.operations import REASON_MAX_LENGTH
 from .forms import JSONTextField, as_sentence
 from .tools import Outcome, RunToolView, ToolView
 

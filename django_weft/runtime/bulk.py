@@ -19,9 +19,10 @@ from django.db.models import QuerySet
 
 from ..conf import weft_settings
 from ..engine.errors import InvalidInput, InvalidTransition, WorkflowNotFound, WorkflowTerminalError
-from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
+from ..engine.records import RunStatus
 from ..models import WorkflowRun
 from . import lifecycle
+from .operations import BULK_OPERATIONS, OPERATIONS, Operation
 
 logger = logging.getLogger("django_weft.runtime")
 
@@ -32,92 +33,42 @@ ANOTHER_RUN_ACTIVE = "another run with its workflow id is active"
 
 @dataclass(frozen=True)
 class BulkOperation:
-    """One lifecycle operation as :func:`apply_bulk` applies it."""
+    """One lifecycle operation as :func:`apply_bulk` applies it: its description in the
+    catalogue (:mod:`.operations`) and the single-run function that changes one run."""
 
-    name: str
+    described: Operation
     apply: Callable[[str, str | None], object]
     """Changes one run (by run id), with the reason when the operation takes one; raises
     ``WorkflowTerminalError``/``InvalidTransition`` when the run's status does not allow it."""
-    applies_to: frozenset[str]
-    """The statuses the operation changes."""
-    needs: str
-    """Why another status is skipped, e.g. "not suspended"."""
-    takes_reason: bool = False
-    finished_is_final: bool = True
-    """A finished run is skipped as "already finished" (retry says "not failed" instead)."""
+
+    @property
+    def name(self) -> str:
+        return self.described.name
 
 
-def _cancel(run_id: str, reason: str | None) -> object:
-    return lifecycle.cancel(run_id, reason)
-
-
-def _terminate(run_id: str, reason: str | None) -> object:
-    return lifecycle.cancel(run_id, reason)
-
-
-def _request_cancel(run_id: str, reason: str | None) -> object:
-    return lifecycle.cancel(run_id, reason, mode="request")
-
-
-OPERATIONS: Mapping[str, BulkOperation] = {
-    operation.name: operation
-    for operation in (
-        BulkOperation("cancel", _cancel, ACTIVE_STATUSES, "not active", takes_reason=True),
-        # "cancel" and "terminate" end a run at once (as ``cancel()`` does by default);
-        # "request_cancel" sends it a cancellation request its workflow code receives.
-        BulkOperation("terminate", _terminate, ACTIVE_STATUSES, "not active", takes_reason=True),
-        BulkOperation("request_cancel", _request_cancel, ACTIVE_STATUSES, "not active", takes_reason=True),
-        BulkOperation(
-            "suspend",
-            lambda run_id, _: lifecycle.suspend(run_id),
-            frozenset({RunStatus.RUNNING, RunStatus.WAITING}),
-            "not running or waiting",
-        ),
-        BulkOperation(
-            "resume",
-            lambda run_id, _: lifecycle.resume(run_id),
-            frozenset({RunStatus.SUSPENDED}),
-            "not suspended",
-        ),
-        BulkOperation(
-            "retry",
-            lambda run_id, _: lifecycle.retry(run_id),
-            frozenset({RunStatus.FAILED}),
-            "not failed",
-            finished_is_final=False,
-        ),
-    )
+_APPLY: Mapping[str, Callable[[str, str | None], object]] = {
+    "cancel": lambda run_id, reason: lifecycle.cancel(run_id, reason),
+    "terminate": lambda run_id, reason: lifecycle.cancel(run_id, reason),
+    "request_cancel": lambda run_id, reason: lifecycle.cancel(run_id, reason, mode="request"),
+    "suspend": lambda run_id, _: lifecycle.suspend(run_id),
+    "resume": lambda run_id, _: lifecycle.resume(run_id),
+    "retry": lambda run_id, _: lifecycle.retry(run_id),
 }
-"""The operations :func:`apply_bulk` knows, by name."""
-
-
-def _status_words(status: str) -> str:
-    if status == RunStatus.CONTINUED:
-        return "continued as new"
-    if status in WorkflowRun.Status.values:
-        return str(WorkflowRun.Status(status).label)
-    return status
+assert set(_APPLY) == set(BULK_OPERATIONS)
 
 
 def operation_named(name: str) -> BulkOperation:
-    """The operation called ``name``; raises ``InvalidInput`` naming the known ones."""
-    try:
-        return OPERATIONS[name]
-    except (KeyError, TypeError):
-        known = ", ".join(sorted(OPERATIONS))
-        raise InvalidInput(f"unknown bulk operation {name!r}; use one of {known}") from None
+    """The bulk operation called ``name``; raises ``InvalidInput`` naming the known ones."""
+    if name not in _APPLY:
+        raise InvalidInput(f"unknown bulk operation {name!r}; use one of {', '.join(sorted(_APPLY))}")
+    return BulkOperation(OPERATIONS[name], _APPLY[name])
 
 
 def refusal_for(operation: str, status: str) -> str | None:
     """Why ``operation`` leaves a run in ``status`` as it is, in words (the reason a bulk
     outcome skips it under, e.g. "already finished (completed)" or "not suspended
     (running)"), or ``None`` if the operation applies to that status."""
-    known = operation_named(operation)
-    if status in known.applies_to:
-        return None
-    if known.finished_is_final and status in TERMINAL_STATUSES:
-        return f"already finished ({_status_words(status)})"
-    return f"{known.needs} ({_status_words(status)})"
+    return operation_named(operation).described.refusal_for(status)
 
 
 @dataclass(frozen=True)
@@ -294,11 +245,7 @@ def apply_bulk(
     below 1.
     """
     known = operation_named(operation)
-    if reason is not None:
-        if not isinstance(reason, str):
-            raise InvalidInput(f"reason must be a string; got {type(reason).__name__}")
-        if not known.takes_reason:
-            raise InvalidInput(f"{operation} takes no reason")
+    reason = known.described.check_reason(reason)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInput(f"batch_size must be a whole number of at least 1; got {batch_size!r}")
     tally = _Tally(known.name)

@@ -187,12 +187,7 @@ def start_bulk_job(
         operation = operation_named(action)
     except InvalidInput as exc:
         raise InvalidInput(exc.message, field="action") from None
-    if reason is not None:
-        if not isinstance(reason, str):
-            raise InvalidInput(f"reason must be a string; got {type(reason).__name__}", field="reason")
-        if not operation.takes_reason:
-            raise InvalidInput(f"{operation.name} takes no reason", field="reason")
-        _checked_json(reason, "reason")
+    reason = operation.described.check_reason(reason)
     spec = {} if filter is None else filter
     if not isinstance(spec, Mapping) or not all(isinstance(key, str) for key in spec):
         raise InvalidInput("filter must be a dict with string keys", field="filter")

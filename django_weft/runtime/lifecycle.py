@@ -24,6 +24,7 @@ from ..engine.registry import registry
 from ..engine.reset import ResetOutcome, check_cut, replay_kept
 from ..models import WorkflowRun
 from .dispatch import delivers, get_dispatcher
+from .operations import OPERATIONS, RESET_REASON
 from .process import _dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .worker import dispatch_finalizer
@@ -56,7 +57,7 @@ def _on_live_run(ref: str | uuid.UUID, transition: Callable[[WorkflowRun], Any])
     )
 
 
-CANCEL_MODES = ("terminate", "request")
+CANCEL_MODES = OPERATIONS["cancel"].values("mode")
 """``cancel(mode=...)``: close the run now, or send the workflow a cancellation request."""
 
 
@@ -75,13 +76,13 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None, *, mode: str = "term
     already stores nothing new. Returns the run's status (``running`` for a run it woke).
 
     Both raise ``WorkflowTerminalError`` for a finished run, and ``InvalidInput`` for a
-    reason that is not text the database can store or an unknown mode."""
-    if reason is not None and not isinstance(reason, str):
-        raise InvalidInput(f"reason must be a string; got {type(reason).__name__}")
+    reason that is not text the database can store or is longer than
+    :data:`~.operations.REASON_MAX_LENGTH`, or an unknown mode."""
+    described = OPERATIONS["cancel"]
     if reason is not None:
-        codec.dumps(reason, what="the cancellation reason")  # no NUL, no lone surrogate
-    if mode not in CANCEL_MODES:
-        raise InvalidInput(f"mode must be one of {', '.join(CANCEL_MODES)}; got {mode!r}")
+        assert described.reason is not None
+        reason = described.reason.check(reason)
+    described.check_choice("mode", mode)
     if mode == "request":
         return _request_cancel(ref, reason)
     store = get_store()
@@ -170,10 +171,6 @@ def retry(ref: str | uuid.UUID) -> str:
     return RunStatus.RUNNING
 
 
-REASON_MAX_LENGTH = 2000
-"""The longest reset reason (it is stored on both runs)."""
-
-
 def reset(
     ref: str | uuid.UUID,
     to_seq: int,
@@ -199,13 +196,7 @@ def reset(
     not the latest of its workflow id, another run of the id is active, or the deadline
     has passed; ``WorkflowNotRegistered`` if this process does not have the workflow's code
     (the kept entries are replayed here first)."""
-    if not isinstance(reason, str) or not reason.strip():
-        raise InvalidInput("a reset needs a reason (a non-empty string), stored on both runs", field="reason")
-    if len(reason) > REASON_MAX_LENGTH:
-        raise InvalidInput(
-            f"the reason is {len(reason)} characters long; the limit is {REASON_MAX_LENGTH}", field="reason"
-        )
-    codec.dumps(reason, what="the reset reason")  # no NUL, no lone surrogate
+    reason = RESET_REASON.check(reason)
     run = get_run(ref)
     definition = registry.get_workflow(run.workflow_name)
     new_args, new_kwargs = _reset_input(run, args, kwargs)

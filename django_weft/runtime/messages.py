@@ -42,6 +42,7 @@ from ..engine.records import (
 from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
 from .dispatch import delivers, get_dispatcher
+from .operations import OPERATIONS, UPDATE_WAIT_DEFAULT, WaitRule
 from .process import _dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .validation import validate_payload
@@ -192,13 +193,16 @@ def _unknown_handler(kind: str, name: str, run: WorkflowRun, ctx: WorkflowContex
     )
 
 
+_UPDATE_WAIT = OPERATIONS["update"].wait or WaitRule()
+
+
 def update(
     ref: str | uuid.UUID,
     name: str,
     payload: Any = None,
     *,
     update_id: str | None = None,
-    wait: Duration = 10,
+    wait: Duration = UPDATE_WAIT_DEFAULT,
 ) -> Any:
     """Send update ``name`` to a run and return its handler's result.
 
@@ -212,7 +216,7 @@ def update(
     finished run, ``UnknownHandler`` for a name the workflow does not handle."""
     name = _message_name(name, "update")
     key = _message_key(update_id, "update_id") if update_id is not None else uuid.uuid4().hex
-    seconds = parse_duration(wait, what="wait")
+    seconds = _UPDATE_WAIT.check(parse_duration(wait, what="wait"))
     value = _encode_payload(payload, f"the payload of update {name}")
     run = get_run(ref)
     existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()

@@ -38,6 +38,7 @@ from ..engine.schedule_spec import InvalidSchedule, ScheduleSpec
 from ..models import Schedule
 from ..models.schedules import SCHEDULE_ID_MAX_LENGTH
 from .lifecycle import cancel
+from .operations import BACKFILL_LIMIT, SCHEDULE_NOTE
 from .process import get_store
 from .starts import StartOptions, start_with
 
@@ -48,8 +49,6 @@ RECENT_ACTIONS = 20
 
 SCHEDULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*")
 DEFAULT_CATCHUP_WINDOW = 60.0
-BACKFILL_LIMIT = 10_000
-"""The most scheduled times one backfill call fires."""
 OPERATOR_OPTIONS = frozenset({"note"})
 """What :func:`update_schedule` changes on a schedule declared in code even with
 ``refuse_managed``: its declaration sets everything else (pausing is separate)."""
@@ -128,10 +127,9 @@ def _json(value: Any, what: str) -> Any:
 
 
 def _check_note(note: Any) -> str:
-    if not isinstance(note, str):
-        raise InvalidSchedule(f"note must be a string; got {type(note).__name__}", field="note")
-    _json(note, "note")  # no NUL, no lone surrogate: text the database can store
-    return note
+    if note is None:  # "" is no note; None is not a note either
+        raise InvalidSchedule("note must be a string; got NoneType", field="note")
+    return SCHEDULE_NOTE.check(note)
 
 
 def spec_of(schedule: Schedule) -> ScheduleSpec:
@@ -380,7 +378,9 @@ def _limited(times: Iterable[datetime], limit: int) -> Iterable[datetime]:
     for index, moment in enumerate(times):
         if index == limit:
             raise InvalidSchedule(
-                f"the backfill range holds more than {limit} scheduled times; split it", field="end"
+                f"the range holds more than {limit} scheduled times; backfill at most {limit} at a time: "
+                "split it (a backfill is idempotent, so the pieces may overlap)",
+                field="end",
             )
         yield moment
 

@@ -28,6 +28,7 @@ from ..models.runs import WORKFLOW_ID_MAX_LENGTH
 from ..store import DjangoStore
 from .dispatch import delivers, get_dispatcher
 from .messages import SignalAccepted, _accepted, _encode_payload, _message_key, _message_name
+from .operations import OPERATIONS
 from .process import _dispatch_on_commit, get_store
 from .records import RunRecord
 
@@ -35,7 +36,7 @@ logger = logging.getLogger("django_weft.runtime")
 
 _T = TypeVar("_T")
 
-ON_CONFLICT_CHOICES = ("use_existing", "fail", "start_new_if_terminal")
+ON_CONFLICT_CHOICES = OPERATIONS["start"].values("on_conflict")
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _prepare_start(
         raise InvalidInput("search_attributes must be a dict")
     attributes = codec.loads(codec.dumps(search_attributes, what="search_attributes", limit=limit))
     on_conflict = options.on_conflict
-    if on_conflict not in ON_CONFLICT_CHOICES:
+    if on_conflict not in ON_CONFLICT_CHOICES:  # the catalogue's choices (.operations)
         raise InvalidInput(
             f"on_conflict must be one of {', '.join(ON_CONFLICT_CHOICES)}; got {on_conflict!r}"
         )
