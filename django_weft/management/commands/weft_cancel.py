@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import runtime
+from ...runtime.operations import CANCEL_REASON
 from ._lifecycle import LifecycleCommand
 
 
@@ -18,7 +19,11 @@ class Command(LifecycleCommand):
 
     def add_arguments(self, parser: Any) -> None:
         super().add_arguments(parser)
-        parser.add_argument("--reason", help="why, stored with the run and shown to result() callers")
+        parser.add_argument(
+            "--reason",
+            help="why, stored with the run and shown to result() callers "
+            f"(at most {CANCEL_REASON.max_length} characters)",
+        )
         parser.add_argument(
             "--request",
             action="store_true",

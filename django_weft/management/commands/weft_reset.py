@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ... import runtime
 from ...engine.errors import WeftError
+from ...runtime.operations import RESET_REASON
 
 
 def _json(raw: str | None, option: str, kind: type) -> Any:
@@ -40,7 +41,11 @@ class Command(BaseCommand):
             required=True,
             help="the position to continue live from (the entries before it are kept); see the history",
         )
-        parser.add_argument("--reason", required=True, help="why, stored on both runs")
+        parser.add_argument(
+            "--reason",
+            required=True,
+            help=f"why, stored on both runs (at most {RESET_REASON.max_length} characters)",
+        )
         # Not "args"/"kwargs" as destinations: call_command passes its own under those names.
         parser.add_argument(
             "--args", dest="input_args", help="new positional input, a JSON list (default: the run's)"
