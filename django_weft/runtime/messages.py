@@ -216,7 +216,7 @@ def update(
     finished run, ``UnknownHandler`` for a name the workflow does not handle."""
     name = _message_name(name, "update")
     key = _message_key(update_id, "update_id") if update_id is not None else uuid.uuid4().hex
-    seconds = _UPDATE_WAIT.check(parse_duration(wait, what="wait"))
+    seconds = _UPDATE_WAIT.check(wait)
     value = _encode_payload(payload, f"the payload of update {name}")
     run = get_run(ref)
     existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from ..conf import weft_settings
 from ..engine import codec
+from ..engine.durations import parse_duration
 from ..engine.errors import InvalidInput
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 from ..engine.schedule_spec import InvalidSchedule
@@ -105,6 +106,11 @@ class WaitRule:
     def check(self, value: Any) -> float:
         """``value`` in seconds; raises ``InvalidInput`` (naming :attr:`field`) for a value
         that is not a finite number or is negative."""
+        if isinstance(value, str):  # "30s", as a duration anywhere else
+            try:
+                value = parse_duration(value, what=self.field)
+            except InvalidInput as exc:
+                raise InvalidInput(exc.message, field=self.field) from None
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise InvalidInput(f"{self.field} must be a number of seconds; got {value!r}", field=self.field)
         if value < 0:
