@@ -1,4 +1,4 @@
-"""Who may do what through the REST API (DESIGN §6, Permissions).
+"""Who may do what through the REST API (docs/reference/rest.md, Permissions).
 
 The default: an authenticated, active staff user holding the model permission of the
 operation, on ``WorkflowRun`` for runs and workflows, on ``Schedule`` for schedules.

@@ -1,6 +1,6 @@
 """REST views: parse, call the runtime, shape. No rows are written here.
 
-Routes and shapes are DESIGN §6 (REST); errors are the envelope of ``exceptions.py``.
+Routes and shapes are docs/reference/rest.md's; errors are the envelope of ``exceptions.py``.
 """
 
 from __future__ import annotations
