@@ -15,11 +15,11 @@ from django.db import connection
 from django.utils import timezone
 
 from django_weft import client
-from django_weft.dispatch import SweepOnlyDispatcher
 from django_weft.engine.errors import BulkJobNotFound, InvalidInput
 from django_weft.models import BulkJob, WorkflowRun
 from django_weft.runtime import get_bulk_job, get_store, lifecycle, process_bulk_jobs, start_bulk_job, tick
 from django_weft.runtime.bulk_jobs import LEASE, RUN_IDS_LISTED, BulkJobRecord
+from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
 from tests.django.helpers import park
 
