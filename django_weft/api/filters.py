@@ -4,8 +4,6 @@ runs/bulk/`` applies too; and those of ``GET schedules/``."""
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -21,8 +19,8 @@ from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
 from ..conf import weft_settings
+from ..engine.errors import InvalidInput
 from ..engine.records import RunStatus
-from ..engine.search_attributes import NAME_RULE, is_attribute_name
 from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
 
@@ -97,24 +95,6 @@ class ScheduleFilter(django_filters.FilterSet):
         fields = ("paused", "workflow", "managed")
 
 
-def _candidates(raw: str) -> list[Any]:
-    """A query-string value as the typed values it may stand for: ``7`` is 7 or "7"."""
-    values: list[Any] = [raw]
-    try:
-        parsed = json.loads(raw, parse_constant=_not_a_number)
-    except ValueError:
-        return values
-    if isinstance(parsed, float) and not math.isfinite(parsed):
-        return values  # 1e999: no JSON document holds it
-    if isinstance(parsed, bool | int | float) or parsed is None:
-        values.append(parsed)
-    return values
-
-
-def _not_a_number(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
 class SearchAttributeFilter(BaseFilterBackend):
     """``search.<attr>=<value>``: runs whose search attributes hold that value (JSON
     containment on PostgreSQL, using the GIN index; key by key on SQLite)."""
@@ -147,16 +127,11 @@ def filter_by_search_attributes(queryset: WorkflowRunQuerySet, params: QueryDict
         if not key.startswith(SEARCH_PREFIX):
             continue
         attribute = key[len(SEARCH_PREFIX) :]
-        if not is_attribute_name(attribute):
-            raise exceptions.ValidationError({key: f"A search attribute name is {NAME_RULE}."})
         for raw in params.getlist(key):
-            if "\x00" in raw:
-                raise exceptions.ValidationError({key: "A search value must not contain a NUL character."})
-            matches = [queryset.search(**{attribute: value}) for value in _candidates(raw)]
-            combined = matches[0]
-            for extra in matches[1:]:
-                combined = combined | extra
-            queryset = combined
+            try:
+                queryset = queryset.search_attribute(attribute, raw)
+            except InvalidInput as exc:
+                raise exceptions.ValidationError({key: exc.message}) from None
     return queryset
 
 
