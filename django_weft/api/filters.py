@@ -4,15 +4,12 @@ runs/bulk/`` applies too; and those of ``GET schedules/``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 import django_filters
 from django import forms
 from django.http import QueryDict
-from django.utils.module_loading import import_string
 from django_filters.fields import IsoDateTimeField
 from rest_framework import exceptions
 from rest_framework.filters import BaseFilterBackend
@@ -23,6 +20,7 @@ from ..engine.errors import InvalidInput
 from ..engine.records import RunStatus
 from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
+from ..runtime.run_sources import run_filter
 
 SEARCH_PREFIX = "search."
 
@@ -114,12 +112,6 @@ def visible_runs(request: Request) -> WorkflowRunQuerySet:
     return run_filter(path)(request, runs)
 
 
-@lru_cache(maxsize=4)
-def run_filter(path: str) -> Callable[[Request, WorkflowRunQuerySet], WorkflowRunQuerySet]:
-    """The function ``WEFT_API_RUN_FILTER`` names."""
-    return import_string(path)
-
-
 def filter_by_search_attributes(queryset: WorkflowRunQuerySet, params: QueryDict) -> WorkflowRunQuerySet:
     """The ``search.<attr>`` parameters of ``params`` applied to ``queryset``; a bad name or
     value is a DRF ``ValidationError`` naming the parameter."""
@@ -138,8 +130,9 @@ def filter_by_search_attributes(queryset: WorkflowRunQuerySet, params: QueryDict
 def filter_runs(queryset: WorkflowRunQuerySet, params: QueryDict) -> WorkflowRunQuerySet:
     """``params`` (a query string's parameters) applied as ``GET runs/`` applies them:
     :class:`RunFilter`, then ``search.<attr>``. A parameter that is neither is refused,
-    and so is a bad value, as a DRF ``ValidationError`` naming the parameter. A bulk job
-    uses this, so that it acts on the runs the list shows for the same filter."""
+    and so is a bad value, as a DRF ``ValidationError`` naming the parameter. ``POST
+    runs/bulk/`` checks and counts its filter with this; the job it stores is read by
+    the runtime's ``"runs_list"`` run source, which selects the same runs."""
     known = set(RunFilter.base_filters)
     unknown = {
         key: [f"Unknown filter; use {', '.join(RunFilter.Meta.fields)} or search.<attr>."]

@@ -15,9 +15,8 @@ from rest_framework.response import Response
 from ... import runtime
 from ...conf import weft_settings
 from ...models import WorkflowRun
+from ...runtime.run_sources import RUNS_LIST, list_filter_params, runs_listed, runs_seen_by
 from .. import serializers as s
-from ..bulk import RUNS_FROM, runs_seen_by
-from ..bulk import params_of as bulk_params
 from ..filters import filter_runs, visible_runs
 from ..schema import document
 from .common import JOB_ID, WeftAPIView, error_responses, logger
@@ -49,7 +48,7 @@ class BulkRoutes(WeftAPIView, viewsets.GenericViewSet):
         self.weft_action = data["action"]
         self.check_permissions(request)
         try:
-            runs = filter_runs(visible_runs(request), bulk_params(data["filter"]))
+            runs = filter_runs(visible_runs(request), list_filter_params(data["filter"]))
         except exceptions.ValidationError as exc:
             raise exceptions.ValidationError({"filter": exc.detail}) from None
         if data["dry_run"]:
@@ -62,7 +61,7 @@ class BulkRoutes(WeftAPIView, viewsets.GenericViewSet):
             data["filter"],
             reason=data.get("reason") or None,
             user=username,
-            runs_from=RUNS_FROM,
+            runs_from=RUNS_LIST,
         )
         shaped = self._job_shape(job)
         return Response(
@@ -95,10 +94,11 @@ def _check_the_tick_sees_the_same_runs(
     runs: QuerySet[WorkflowRun], username: str, spec: dict[str, list[str]]
 ) -> None:
     """Refuse a job whose runs the tick could not find again: ``WEFT_API_RUN_FILTER`` is
-    applied to a stand-in request there (the user only), which must give the runs this
-    request gives. Two ``EXISTS`` over the matching runs, only with a run filter."""
+    applied to a stand-in request there (the user only), and the list's filters by the
+    runtime, which must give the runs this request gives. Two ``EXISTS`` over the
+    matching runs, only with a run filter."""
     try:
-        again = filter_runs(runs_seen_by(username), bulk_params(spec))
+        again = runs_listed(runs_seen_by(username), spec)
     except Exception:  # the project's run filter cannot take the stand-in (it reads a header...)
         logger.info("bulk: WEFT_API_RUN_FILTER fails on a stand-in request", exc_info=True)
         again = None
