@@ -100,7 +100,7 @@ def setup_django(database: str, *, urlconf: str, admin: bool = False, keep: bool
         },
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         WEFT_AUTODISCOVER_MODULE=None,
-        WEFT_DISPATCHER="django_weft.dispatch.SweepOnlyDispatcher",
+        WEFT_DISPATCHER="django_weft.runtime.dispatch.SweepOnlyDispatcher",
         REST_FRAMEWORK={
             "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"]
         },

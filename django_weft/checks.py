@@ -102,7 +102,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             Error(f"WEFT_CELERY_QUEUE must be a queue name or None; got {queue!r}.", id="django_weft.E017")
         )
     try:
-        from .dispatch import get_dispatcher
+        from .runtime.dispatch import get_dispatcher
 
         get_dispatcher()
     except Exception as exc:

@@ -84,7 +84,7 @@ class WeftSettings:
             return str(value)
         if apps.is_installed("django_weft.contrib.celery"):
             return "django_weft.contrib.celery.dispatch.CeleryDispatcher"
-        return "django_weft.dispatch.SweepOnlyDispatcher"
+        return "django_weft.runtime.dispatch.SweepOnlyDispatcher"
 
     @property
     def CELERY_QUEUE(self) -> str | None:

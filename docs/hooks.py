@@ -58,7 +58,7 @@ def _django() -> None:
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         USE_TZ=True,
         SECRET_KEY="docs-build-only",
-        WEFT_DISPATCHER="django_weft.dispatch.SweepOnlyDispatcher",
+        WEFT_DISPATCHER="django_weft.runtime.dispatch.SweepOnlyDispatcher",
     )
     django.setup()
 

@@ -95,7 +95,7 @@ WEFT_REDISPATCH_AFTER = float(os.environ.get("WEFT_TEST_REDISPATCH_AFTER", "1"))
 # The in-process tests ring no doorbells; the Celery process tests (and the Celery worker
 # and beat processes they start) use the Celery dispatcher and a real broker.
 if os.environ.get("WEFT_TEST_CELERY") != "1":
-    WEFT_DISPATCHER = "django_weft.dispatch.SweepOnlyDispatcher"
+    WEFT_DISPATCHER = "django_weft.runtime.dispatch.SweepOnlyDispatcher"
 elif os.environ.get("WEFT_TEST_DISPATCHER"):
     WEFT_DISPATCHER = os.environ["WEFT_TEST_DISPATCHER"]
 CELERY_BROKER_URL = os.environ.get("WEFT_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")

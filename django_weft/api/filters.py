@@ -4,27 +4,23 @@ runs/bulk/`` applies too; and those of ``GET schedules/``."""
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 import django_filters
 from django import forms
 from django.http import QueryDict
-from django.utils.module_loading import import_string
 from django_filters.fields import IsoDateTimeField
 from rest_framework import exceptions
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
 from ..conf import weft_settings
+from ..engine.errors import InvalidInput
 from ..engine.records import RunStatus
-from ..engine.search_attributes import NAME_RULE, is_attribute_name
 from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
+from ..runtime.run_sources import run_filter
 
 SEARCH_PREFIX = "search."
 
@@ -97,24 +93,6 @@ class ScheduleFilter(django_filters.FilterSet):
         fields = ("paused", "workflow", "managed")
 
 
-def _candidates(raw: str) -> list[Any]:
-    """A query-string value as the typed values it may stand for: ``7`` is 7 or "7"."""
-    values: list[Any] = [raw]
-    try:
-        parsed = json.loads(raw, parse_constant=_not_a_number)
-    except ValueError:
-        return values
-    if isinstance(parsed, float) and not math.isfinite(parsed):
-        return values  # 1e999: no JSON document holds it
-    if isinstance(parsed, bool | int | float) or parsed is None:
-        values.append(parsed)
-    return values
-
-
-def _not_a_number(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
 class SearchAttributeFilter(BaseFilterBackend):
     """``search.<attr>=<value>``: runs whose search attributes hold that value (JSON
     containment on PostgreSQL, using the GIN index; key by key on SQLite)."""
@@ -134,12 +112,6 @@ def visible_runs(request: Request) -> WorkflowRunQuerySet:
     return run_filter(path)(request, runs)
 
 
-@lru_cache(maxsize=4)
-def run_filter(path: str) -> Callable[[Request, WorkflowRunQuerySet], WorkflowRunQuerySet]:
-    """The function ``WEFT_API_RUN_FILTER`` names."""
-    return import_string(path)
-
-
 def filter_by_search_attributes(queryset: WorkflowRunQuerySet, params: QueryDict) -> WorkflowRunQuerySet:
     """The ``search.<attr>`` parameters of ``params`` applied to ``queryset``; a bad name or
     value is a DRF ``ValidationError`` naming the parameter."""
@@ -147,24 +119,20 @@ def filter_by_search_attributes(queryset: WorkflowRunQuerySet, params: QueryDict
         if not key.startswith(SEARCH_PREFIX):
             continue
         attribute = key[len(SEARCH_PREFIX) :]
-        if not is_attribute_name(attribute):
-            raise exceptions.ValidationError({key: f"A search attribute name is {NAME_RULE}."})
         for raw in params.getlist(key):
-            if "\x00" in raw:
-                raise exceptions.ValidationError({key: "A search value must not contain a NUL character."})
-            matches = [queryset.search(**{attribute: value}) for value in _candidates(raw)]
-            combined = matches[0]
-            for extra in matches[1:]:
-                combined = combined | extra
-            queryset = combined
+            try:
+                queryset = queryset.search_attribute(attribute, raw)
+            except InvalidInput as exc:
+                raise exceptions.ValidationError({key: exc.message}) from None
     return queryset
 
 
 def filter_runs(queryset: WorkflowRunQuerySet, params: QueryDict) -> WorkflowRunQuerySet:
     """``params`` (a query string's parameters) applied as ``GET runs/`` applies them:
     :class:`RunFilter`, then ``search.<attr>``. A parameter that is neither is refused,
-    and so is a bad value, as a DRF ``ValidationError`` naming the parameter. A bulk job
-    uses this, so that it acts on the runs the list shows for the same filter."""
+    and so is a bad value, as a DRF ``ValidationError`` naming the parameter. ``POST
+    runs/bulk/`` checks and counts its filter with this; the job it stores is read by
+    the runtime's ``"runs_list"`` run source, which selects the same runs."""
     known = set(RunFilter.base_filters)
     unknown = {
         key: [f"Unknown filter; use {', '.join(RunFilter.Meta.fields)} or search.<attr>."]

@@ -1,4 +1,4 @@
-"""``path("api/weft/", include("django_weft.api.urls"))``: the REST API (DESIGN §6).
+"""``path("api/weft/", include("django_weft.api.urls"))``: the REST API (docs/reference/rest.md).
 
 Every view is exempt from ``ATOMIC_REQUESTS``: the runtime opens its own short
 transactions, and a long poll must hold none while it waits.

@@ -4,7 +4,7 @@ Handlers registered with ``ctx.on_signal`` / ``ctx.on_update`` run while the wor
 body is blocked (sleeping, waiting for a signal, a condition, activities or a child).
 Each application is recorded at the next position of the history, between the blocking
 operation's start and its completion; a replay re-applies the recorded applications,
-in their order, when the body reaches that operation again (see DESIGN §2).
+in their order, when the body reaches that operation again (see docs/explanation/decisions.md, 13).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ searches can match: a string, a number, a boolean, or a date or time (stored as 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -42,6 +43,30 @@ MAX_STEP_NAME_LENGTH = 200
 
 _MAX_INTEGER = 2**63
 """Integers are compared as 64-bit numbers by the searches; larger ones as text only."""
+
+
+def search_values(raw: str) -> tuple[Any, ...]:
+    """The values a searched text may stand for, the text first: ``7`` is "7" or 7,
+    ``1.5`` is "1.5" or 1.5, ``true`` is "true" or True, ``null`` is "null" or None.
+    A number no JSON document holds (``1e999``) and an integer past the 64-bit ones the
+    searches compare (which :func:`check_search_attributes` refuses to store as a number)
+    are text only."""
+    values: list[Any] = [raw]
+    try:
+        parsed = json.loads(raw, parse_constant=_not_a_number)
+    except ValueError:
+        return tuple(values)
+    if isinstance(parsed, float) and not math.isfinite(parsed):
+        return tuple(values)
+    if isinstance(parsed, int) and not isinstance(parsed, bool) and abs(parsed) >= _MAX_INTEGER:
+        return tuple(values)
+    if isinstance(parsed, bool | int | float) or parsed is None:
+        values.append(parsed)
+    return tuple(values)
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def check_search_attributes(attributes: Any) -> dict[str, Any]:

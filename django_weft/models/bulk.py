@@ -31,7 +31,7 @@ class BulkJob(models.Model):
     filter = models.JSONField(default=dict, blank=True, help_text=_("The filter as the caller gave it."))
     runs_from = models.CharField(
         max_length=200,
-        help_text=_("Import string of the function (job) -> WorkflowRun queryset that reads the filter."),
+        help_text=_("Name of the run source (django_weft.runtime.run_sources) that reads the filter."),
     )
     as_of = models.DateTimeField(help_text=_("Runs created after this time are left alone."))
     reason = models.TextField(blank=True, default="")

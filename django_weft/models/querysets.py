@@ -9,7 +9,9 @@ from django.db import connections, models
 from django.db.models import Q
 from django.db.models.fields.json import KeyTransform
 
+from ..engine.errors import InvalidInput
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
+from ..engine.search_attributes import NAME_RULE, is_attribute_name, search_values
 
 if TYPE_CHECKING:
     from .runs import WorkflowRun  # noqa: F401
@@ -52,6 +54,28 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
                 runs = runs.alias(**{alias: KeyTransform(key, "search_attributes")}).filter(**{alias: value})
             return runs
         return self.filter(search_attributes__contains=attributes).exclude(search_attributes={})
+
+    def search_attribute(self, name: str, raw: str) -> WorkflowRunQuerySet:
+        """Runs whose search attribute ``name`` holds a value the searched text ``raw``
+        may stand for (:func:`~django_weft.engine.search_attributes.search_values`):
+        ``"7"`` finds 7 and "7", ``"true"`` finds True and "true"; an integer past 64
+        bits is matched as text only. The REST filter ``search.<attr>=<value>`` and the
+        REST bulk jobs' filters search through this.
+
+        Raises ``InvalidInput`` (``field`` ``"name"`` or ``"value"``) for a name that is
+        not a search attribute name (:data:`~django_weft.engine.search_attributes.NAME_RULE`)
+        or a text with a NUL character, which no database column holds."""
+        if not isinstance(name, str) or not is_attribute_name(name):
+            raise InvalidInput(f"A search attribute name is {NAME_RULE}.", field="name")
+        if not isinstance(raw, str):
+            raise InvalidInput(f"A searched value is a text; got {type(raw).__name__}.", field="value")
+        if "\x00" in raw:
+            raise InvalidInput("A search value must not contain a NUL character.", field="value")
+        matches = [self.search(**{name: value}) for value in search_values(raw)]
+        combined = matches[0]
+        for extra in matches[1:]:
+            combined = combined | extra
+        return combined
 
     def for_workflow_id(self, workflow_id: str) -> WorkflowRunQuerySet:
         return self.filter(workflow_id=workflow_id).order_by("-created_at")

@@ -78,7 +78,7 @@ class WorkflowRun(models.Model):
     reset_to = models.JSONField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
-    # Ownership (DESIGN §4): at most one owner; the epoch only ever grows.
+    # Ownership (docs/explanation/guarantees.md): at most one owner; the epoch only ever grows.
     owner_id = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001 - NULL means unowned
     owner_epoch = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

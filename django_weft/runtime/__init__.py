@@ -7,7 +7,8 @@ concern: :mod:`.process` (this process's engine and store, the on-commit doorbel
 suspend, resume, retry, reset), :mod:`.worker` (turns, queued activities, finalizers),
 :mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
 :mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs), :mod:`.bulk_jobs`
-(the same on every run a filter matches, by the tick), :mod:`.histories` (history
+(the same on every run a filter matches, by the tick; :mod:`.run_sources` names where a
+job finds its runs), :mod:`.histories` (history
 exports) and :mod:`.replay` (checking stored histories against the code); and :mod:`.dispatch`,
 :mod:`.heartbeat`, :mod:`.validation`.
 """
@@ -52,6 +53,7 @@ from .reading import (
 from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
 from .replay import ReplaySummary, RunReplay, replay_document, replay_files, replay_parsed, replay_runs
 from .retention import GcBatch, GcReport, purge_expired
+from .run_sources import register_run_source
 from .schedules import (
     ScheduleDescription,
     SyncReport,
@@ -151,6 +153,7 @@ __all__ = [
     "read_timers",
     "read_updates",
     "refusal_for",
+    "register_run_source",
     "replay_document",
     "replay_files",
     "replay_parsed",

@@ -9,13 +9,14 @@ actions use; then it adds the batch's outcome to the job and moves the cursor, i
 write fenced on the lease's epoch. The job completes when a batch comes back short.
 
 How a job finds its runs again. The job stores its filter as the caller gave it and the
-import string of a function ``(job) -> WorkflowRun queryset`` (``runs_from``) that turns
-that filter into a queryset each time a batch is read; only runs created up to the job's
-``as_of`` are taken. The runtime cannot import the REST API (the layers point the other
-way), and storing the matching run ids would be a row per run before the job starts, so
-the function is named, not imported: the API names its own
-(:func:`django_weft.api.bulk.runs_of_job`, the list's filters and ``WEFT_API_RUN_FILTER``);
-Python callers use :func:`runs_by_lookups` (ORM lookups) or their own.
+name of a run source (``runs_from``), a function ``(job) -> WorkflowRun queryset`` in the
+registry of :mod:`.run_sources`, which turns that filter into a queryset each time a
+batch is read; only runs created up to the job's ``as_of`` are taken. Storing the
+matching run ids would be a row per run before the job starts, so the filter is read
+again; and the source is named, not imported from a path in the row, so the tick runs
+only code the runtime registered (the REST jobs' source, ``"runs_list"``, evaluates the
+list's filters here) and a renamed module cannot strand a job. Python callers use
+``"lookups"`` (ORM lookups, the default) or register their own.
 
 Restart-safe: a process that dies mid-batch leaves its lease to expire
 (:data:`LEASE`), and the next tick redoes the batch from the cursor. Each run changes at
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,7 +37,6 @@ from django.core.exceptions import FieldError
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError
 from django.db.models import QuerySet
-from django.utils.module_loading import import_string
 
 from ..conf import weft_settings
 from ..engine import codec
@@ -44,6 +44,7 @@ from ..engine.errors import InvalidInput, PayloadError, WeftError
 from ..models import BulkJob, WorkflowRun
 from .bulk import apply_bulk, count_runs, operation_named
 from .process import get_store
+from .run_sources import LOOKUPS, run_source
 
 logger = logging.getLogger("django_weft.runtime")
 
@@ -52,10 +53,7 @@ LEASE = timedelta(minutes=2)
 ``WEFT_TICK_BATCH`` runs takes seconds); a process that dies releases it by expiry."""
 RUN_IDS_LISTED = 100
 """Run ids a job keeps per skip reason, and failures it keeps; the counts are complete."""
-RUNS_BY_LOOKUPS = "django_weft.runtime.bulk_jobs.runs_by_lookups"
 USERNAME_MAX_LENGTH = BulkJob._meta.get_field("created_by").max_length or 255
-
-RunsFrom = Callable[[BulkJob], QuerySet[WorkflowRun]]
 
 
 @dataclass(frozen=True)
@@ -122,31 +120,11 @@ def _record(job: BulkJob) -> BulkJobRecord:
     )
 
 
-def runs_by_lookups(job: BulkJob) -> QuerySet[WorkflowRun]:
-    """The runs whose fields match ``job.filter`` taken as ORM lookups of ``WorkflowRun``,
-    e.g. ``{"workflow_name": "orders.fulfil", "status__in": ["waiting"],
-    "search_attributes__customer": 7}``: the default ``runs_from`` of
-    :func:`start_bulk_job` for Python callers."""
-    return WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).filter(**(job.filter or {}))
-
-
-def _runs_from(path: str) -> RunsFrom:
-    if not isinstance(path, str) or not path:
-        raise InvalidInput("runs_from must be the import string of a function (job) -> queryset")
-    try:
-        found = import_string(path)
-    except ImportError as exc:
-        raise InvalidInput(f"runs_from {path!r} cannot be imported: {exc}") from None
-    if not callable(found):
-        raise InvalidInput(f"runs_from {path!r} is not a function")
-    return found
-
-
 def runs_of_job(job: BulkJob) -> QuerySet[WorkflowRun]:
     """The runs ``job`` acts on now: its ``runs_from`` applied to its filter, created up to
     its ``as_of``. Raises ``InvalidInput`` (or the function's own ``WeftError``) when the
     filter cannot be applied."""
-    function = _runs_from(job.runs_from)
+    function = run_source(job.runs_from)
     try:
         runs = function(job)
         if not isinstance(runs, QuerySet) or runs.model is not WorkflowRun:
@@ -166,7 +144,7 @@ def start_bulk_job(
     *,
     reason: str | None = None,
     user: str = "",
-    runs_from: str = RUNS_BY_LOOKUPS,
+    runs_from: str = LOOKUPS,
     as_of: datetime | None = None,
 ) -> BulkJobRecord:
     """Store a job that applies ``action`` ("cancel", "terminate", "suspend", "resume" or
@@ -174,11 +152,12 @@ def start_bulk_job(
     (default: now, on the database clock), and return it, pending. The tick works through
     it (:func:`process_bulk_jobs`); :func:`get_bulk_job` reads its progress.
 
-    ``filter`` is stored as given (JSON) and handed to ``runs_from``, the import string
-    of a function ``(job) -> WorkflowRun queryset`` called for each batch (default
-    :func:`runs_by_lookups`). It is called once here too, to count the runs matching now
-    (``matched``): one ``COUNT`` on an explicit request to act on all of them, which
-    also refuses a filter that cannot be applied before anything is stored.
+    ``filter`` is stored as given (JSON) and handed to ``runs_from``, the name of a run
+    source (:mod:`.run_sources`: ``"lookups"``, the default, takes the filter as ORM
+    lookups; ``"runs_list"`` as the REST list's filters), called for each batch. It is
+    called once here too, to count the runs matching now (``matched``): one ``COUNT`` on
+    an explicit request to act on all of them, which also refuses a filter that cannot be
+    applied before anything is stored.
 
     ``reason`` is for cancel and terminate; ``user`` (a username) is recorded as
     ``created_by``. Raises ``InvalidInput`` (with ``field`` naming the argument at fault)

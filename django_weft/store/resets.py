@@ -2,8 +2,9 @@
 a position, committed with the old run's close in one transaction.
 
 The old run's row is locked first (after the workflow id's advisory lock on PostgreSQL,
-the order starts take) and its epoch rotated, as every external transition does (DESIGN
-§4): a worker still driving it fails its next fenced write and stops. The history is read
+the order starts take) and its epoch rotated, as every external transition does
+(docs/explanation/decisions.md, 16): a worker still driving it fails its next fenced write
+and stops. The history is read
 again under that lock and must be what the caller replayed; the new run is inserted after
 the old one is closed, so the one-active-run-per-workflow-id constraint holds at every
 statement and refuses the reset if another run of the id became active meanwhile.

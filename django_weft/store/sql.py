@@ -1,6 +1,6 @@
 """Every raw SQL statement of the store, and the mapping of its rows to engine records.
 
-Fencing (DESIGN §4): a write an owner makes for its run succeeds only while the run
+Fencing (docs/explanation/guarantees.md): a write an owner makes for its run succeeds only while the run
 row still names that owner at that epoch. The hot step commit is one statement, a
 conditional row lock feeding the step upsert (PostgreSQL: a ``FOR UPDATE`` CTE; SQLite:
 ``INSERT ... SELECT ... WHERE`` under SQLite's single writer). External transitions

@@ -1,4 +1,4 @@
-"""External transitions (DESIGN §4): cancel, time out, suspend, resume, retry; and the
+"""External transitions (docs/explanation/guarantees.md): cancel, time out, suspend, resume, retry; and the
 cancellation request, which is not a transition.
 
 Cancel, time-out and suspend may be committed by any process, owner or not. Each

@@ -1,5 +1,5 @@
 """The engine's port for a turn: claim, fenced step commits, park, the terminal commits,
-release and lease renewal (DESIGN §4)."""
+release and lease renewal (docs/explanation/guarantees.md)."""
 
 from __future__ import annotations
 

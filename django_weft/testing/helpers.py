@@ -9,11 +9,11 @@ import time
 import uuid
 
 from ..conf import weft_settings
-from ..dispatch import SweepOnlyDispatcher
 from ..engine.executor import Engine
 from ..engine.records import TERMINAL_STATUSES, StepStatus
 from ..models import Step, WorkflowRun
 from ..runtime import _CurrentDispatcher, run_activity, run_finalizer, tick
+from ..runtime.dispatch import SweepOnlyDispatcher
 from ..store import DjangoStore
 
 

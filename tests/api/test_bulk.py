@@ -15,9 +15,9 @@ from django.db.models import QuerySet
 from django.test import override_settings
 
 from django_weft import client
-from django_weft.dispatch import SweepOnlyDispatcher
 from django_weft.models import BulkJob, WorkflowRun
 from django_weft.runtime import tick
+from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
 from tests.django.helpers import park
 

@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
 from django_weft import client
-from django_weft.api.bulk import RUNS_FROM
 from django_weft.api.exceptions import _DRF_CODES, _WEFT_ERRORS
 from django_weft.models import Schedule
 from django_weft.runtime import process_bulk_jobs, start_bulk_job, sync_schedules
+from django_weft.runtime.run_sources import RUNS_LIST as RUNS_FROM
 
 from .conftest import PASSWORD, WEFT_PERMISSIONS, Api, make_user
 

@@ -8,10 +8,10 @@ from collections import Counter
 
 from django.db import connection
 
-from django_weft.dispatch import SweepOnlyDispatcher
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import WorkflowRun
 from django_weft.runtime import tick
+from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import make_engine
 
 

@@ -15,11 +15,19 @@ from django.db import connection
 from django.utils import timezone
 
 from django_weft import client
-from django_weft.dispatch import SweepOnlyDispatcher
 from django_weft.engine.errors import BulkJobNotFound, InvalidInput
 from django_weft.models import BulkJob, WorkflowRun
-from django_weft.runtime import get_bulk_job, get_store, lifecycle, process_bulk_jobs, start_bulk_job, tick
+from django_weft.runtime import (
+    get_bulk_job,
+    get_store,
+    lifecycle,
+    process_bulk_jobs,
+    register_run_source,
+    start_bulk_job,
+    tick,
+)
 from django_weft.runtime.bulk_jobs import LEASE, RUN_IDS_LISTED, BulkJobRecord
+from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
 from tests.django.helpers import park
 
@@ -241,6 +249,9 @@ def explodes(job: BulkJob) -> Any:
     raise RuntimeError("the tenant service is down")
 
 
+register_run_source("tests.django.test_bulk_jobs.explodes", explodes)
+
+
 def test_a_job_whose_runs_cannot_be_read_fails_with_the_error_and_changes_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -326,8 +337,8 @@ def test_two_processes_share_the_jobs_and_each_run_is_counted_once(
         ({"filter": {"workflow_id": "a\x00b"}}, "filter", "NUL character"),
         ({"reason": "a\ud800"}, "reason", "lone surrogate"),
         ({"user": "u" * 256}, "user", "at most 255 characters"),
-        ({"runs_from": "tests.nowhere.runs"}, None, "cannot be imported"),
-        ({"runs_from": "django_weft.runtime.bulk_jobs.RUN_IDS_LISTED"}, None, "is not a function"),
+        ({"runs_from": "tests.nowhere.runs"}, None, "no run source named 'tests.nowhere.runs'"),
+        ({"runs_from": "django_weft.runtime.bulk_jobs.RUN_IDS_LISTED"}, None, "no run source named"),
         (
             {"runs_from": "tests.django.test_bulk_jobs.not_a_queryset"},
             None,
@@ -348,6 +359,9 @@ def test_bad_input_is_refused_and_nothing_is_stored(
 
 def not_a_queryset(job: BulkJob) -> Any:
     return [1, 2]
+
+
+register_run_source("tests.django.test_bulk_jobs.not_a_queryset", not_a_queryset)
 
 
 def test_an_unknown_job_is_not_found() -> None:

@@ -19,7 +19,7 @@ def test_with_the_contrib_app_installed_the_default_dispatcher_is_celerys() -> N
     apps = [app for app in settings.INSTALLED_APPS if app != "django_weft.contrib.celery"]
     with override_settings(INSTALLED_APPS=apps):
         del settings.WEFT_DISPATCHER
-        assert weft_settings.DISPATCHER == "django_weft.dispatch.SweepOnlyDispatcher"
+        assert weft_settings.DISPATCHER == "django_weft.runtime.dispatch.SweepOnlyDispatcher"
 
 
 def test_beat_schedule_runs_the_tick_every_tick_interval_and_gc_every_5_minutes() -> None:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from django_weft import WorkflowCancelled, client
-from django_weft.dispatch import SweepOnlyDispatcher
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Step, WorkflowRun
 from django_weft.runtime import tick
+from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive, make_engine
 from tests.django.helpers import Driver, park
 from tests.testapp.models import SideEffect

@@ -7,10 +7,10 @@ import time
 import pytest
 
 from django_weft import client
-from django_weft.dispatch import SweepOnlyDispatcher
 from django_weft.engine.records import FINALIZER_SEQ
 from django_weft.models import Timer, WorkflowRun
 from django_weft.runtime import ActivityOutcome, run_finalizer, tick
+from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
 from tests.django.helpers import park
 from tests.testapp import workflows
@@ -88,7 +88,7 @@ def test_a_failing_finalizer_is_retried_and_its_outcome_is_visible() -> None:
 
 
 def test_the_sweep_sends_a_lost_finalizer_attempt_again(settings) -> None:  # type: ignore[no-untyped-def]
-    from django_weft.dispatch import LocalDispatcher
+    from django_weft.runtime.dispatch import LocalDispatcher
 
     handle = client.start("tests.f.booking", args=["b6"])
     park(handle.run_id)

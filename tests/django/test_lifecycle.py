@@ -151,8 +151,8 @@ def test_a_suspended_run_can_be_cancelled() -> None:
 
 
 def test_suspend_while_sleeping_then_resume_after_the_fire_time_does_not_sleep_again() -> None:
-    from django_weft.dispatch import SweepOnlyDispatcher
     from django_weft.runtime import tick
+    from django_weft.runtime.dispatch import SweepOnlyDispatcher
 
     handle = client.start("tests.sleepy", kwargs={"seconds": 0.3})
     park(handle.run_id)

@@ -477,7 +477,7 @@ def test_wait_signal_on_a_handled_name_is_a_clear_error() -> None:
 
 
 def issues_of(validator: Any, payload: Any) -> list[dict[str, Any]]:
-    from django_weft.validation import validate_payload
+    from django_weft.runtime.validation import validate_payload
 
     try:
         validate_payload(validator, payload, what="the validator")

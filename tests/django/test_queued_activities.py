@@ -195,7 +195,7 @@ def test_a_worker_lost_mid_attempt_leads_to_a_retry_and_its_late_result_is_disca
 
 
 def test_heartbeat_renews_the_lease_of_a_running_attempt() -> None:
-    from django_weft.heartbeat import Heartbeat, running_attempt
+    from django_weft.runtime.heartbeat import Heartbeat, running_attempt
 
     handle = client.start("tests.q.single", args=["renew"])
     make_engine().run_turn(handle.run_id)

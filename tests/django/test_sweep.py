@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from django_weft import client
-from django_weft.dispatch import LocalDispatcher
 from django_weft.models import Timer, WorkflowRun
 from django_weft.runtime import tick
+from django_weft.runtime.dispatch import LocalDispatcher
 from django_weft.store import DjangoStore
 from django_weft.testing import make_engine
 

@@ -244,7 +244,7 @@ def broker_url() -> str:
 def celery_cluster(tmp_path: Path, broker_url: str) -> Iterator[CeleryCluster]:
     from django.test import override_settings
 
-    from django_weft.dispatch import _instantiate
+    from django_weft.runtime.dispatch import _instantiate
 
     cluster = CeleryCluster(tmp_path, broker_url, celery_env(broker_url))
     use_broker(broker_url)

@@ -133,7 +133,7 @@ def test_every_run_completes_after_the_broker_was_down_for_10_s(tmp_path: Path) 
     redis_process = start_redis()
     cluster = CeleryCluster(tmp_path, url, celery_env(url))
 
-    from django_weft.dispatch import _instantiate
+    from django_weft.runtime.dispatch import _instantiate
 
     use_broker(url)
     _instantiate.cache_clear()
@@ -200,7 +200,7 @@ def test_duplicate_deliveries_of_every_message_record_nothing_twice(celery_clust
     for worker in workers:
         worker.wait_ready()
 
-    from django_weft.dispatch import _instantiate
+    from django_weft.runtime.dispatch import _instantiate
 
     _instantiate.cache_clear()
     with override_settings(WEFT_DISPATCHER="tests.dispatchers.DoublingCeleryDispatcher"):
