@@ -21,7 +21,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ...conf import weft_settings
+from ...engine.errors import InvalidInput
+from ...runtime.operations import WaitRule
 from .. import serializers as s
 from ..exceptions import weft_exception_handler
 from ..parsers import BoundedJSONParser, body_limit, declared_length, too_large
@@ -69,16 +70,18 @@ class WeftAPIView(APIView):
 
 
 def requested_wait(raw: Any, what: str = "wait") -> float:
-    """A ``wait`` in seconds from a client, capped by ``WEFT_API_MAX_WAIT``."""
+    """A ``wait`` in seconds from a client (the catalogue's :class:`WaitRule`), capped by
+    ``WEFT_API_MAX_WAIT``; none is 0 (answer at once)."""
     if raw is None or raw == "":
         return 0.0
     try:
         seconds = float(raw)
     except (TypeError, ValueError):
         raise exceptions.ValidationError({what: f"A number of seconds; got {raw!r}."}) from None
-    if seconds != seconds or seconds < 0 or seconds in (float("inf"),):
-        raise exceptions.ValidationError({what: f"A number of seconds, 0 or more; got {raw!r}."})
-    return min(seconds, weft_settings.API_MAX_WAIT)
+    try:
+        return WaitRule(field=what).at_surface(seconds)
+    except InvalidInput as exc:
+        raise exceptions.ValidationError({what: exc.message}) from None
 
 
 def idempotency_key(request: Request, given: Any) -> Any:

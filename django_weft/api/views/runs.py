@@ -21,6 +21,7 @@ from ... import runtime
 from ...conf import weft_settings
 from ...engine.errors import ResultTimeout, UpdateFailed, UpdateTimeout, WorkflowAlreadyExists, WorkflowFailed
 from ...models import WorkflowRun
+from ...runtime.operations import UPDATE_WAIT_DEFAULT
 from .. import serializers as s
 from ..filters import RunFilter, SearchAttributeFilter, visible_runs
 from ..pagination import RunCursorPagination
@@ -270,7 +271,7 @@ class RunViewSet(BulkRoutes):
         data = body.validated_data
         run = self._run(ref)
         update_id = idempotency_key(request, data.get("update_id")) or uuid.uuid4().hex
-        wait = requested_wait(data.get("wait", 10.0))
+        wait = requested_wait(data.get("wait", UPDATE_WAIT_DEFAULT))
         return self._update_outcome(
             update_id,
             lambda: runtime.update(

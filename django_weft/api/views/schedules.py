@@ -20,6 +20,7 @@ from ...conf import weft_settings
 from ...engine.errors import ScheduleManaged
 from ...models import Schedule
 from ...models.schedules import SCHEDULE_ID_MAX_LENGTH
+from ...runtime.operations import BACKFILL_LIMIT
 from ...runtime.schedules import SCHEDULE_ID as SCHEDULE_ID_PATTERN
 from .. import serializers as s
 from ..filters import ScheduleFilter
@@ -31,7 +32,6 @@ SCHEDULE_ID = OpenApiParameter(
     "id", OpenApiTypes.STR, OpenApiParameter.PATH, description="The schedule's id."
 )
 _ID_PLACEHOLDER = "--weft-schedule-id--"
-BACKFILL_LIMIT = 500
 """The most scheduled times one ``backfill/`` request fires: each start is a few
 milliseconds, and the request holds the schedule's lock. A longer range is split into
 several requests, which is safe because a backfill is idempotent."""
@@ -215,7 +215,7 @@ class ScheduleViewSet(WeftAPIView, viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         fired = runtime.backfill_schedule(
-            self._id(id), data["start"], data["end"], overlap=data["overlap"], limit=BACKFILL_LIMIT
+            self._id(id), data["start"], data["end"], overlap=data["overlap"]
         )
         return Response({"actions": s.ScheduleActionSerializer(fired, many=True).data})
 
