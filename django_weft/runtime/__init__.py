@@ -7,7 +7,8 @@ concern: :mod:`.process` (this process's engine and store, the on-commit doorbel
 suspend, resume, retry, reset), :mod:`.worker` (turns, queued activities, finalizers),
 :mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
 :mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs), :mod:`.bulk_jobs`
-(the same on every run a filter matches, by the tick), :mod:`.histories` (history
+(the same on every run a filter matches, by the tick), :mod:`.schedule_bulk` (an operation on many
+schedules), :mod:`.histories` (history
 exports) and :mod:`.replay` (checking stored histories against the code); and :mod:`.dispatch`,
 :mod:`.heartbeat`, :mod:`.validation`.
 """
@@ -52,6 +53,7 @@ from .reading import (
 from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
 from .replay import ReplaySummary, RunReplay, replay_document, replay_files, replay_parsed, replay_runs
 from .retention import GcBatch, GcReport, purge_expired
+from .schedule_bulk import ScheduleBulkOutcome, apply_schedule_bulk, schedule_refusal_for
 from .schedules import (
     ScheduleDescription,
     SyncReport,
@@ -102,6 +104,7 @@ __all__ = [
     "RunRecord",
     "RunReplay",
     "RunSelection",
+    "ScheduleBulkOutcome",
     "ScheduleDescription",
     "SignalAccepted",
     "SignalRecord",
@@ -116,6 +119,7 @@ __all__ = [
     "_CurrentDispatcher",
     "_dispatch_on_commit",
     "apply_bulk",
+    "apply_schedule_bulk",
     "backfill_schedule",
     "cancel",
     "count_runs",
@@ -162,6 +166,7 @@ __all__ = [
     "run_activity",
     "run_finalizer",
     "run_turn",
+    "schedule_refusal_for",
     "signal",
     "signal_with_start",
     "start",
