@@ -567,7 +567,7 @@ def test_a_return_address_on_another_host_is_ignored() -> None:
 def test_the_outcome_message_names_ten_runs_per_reason_and_the_failures_as_an_error() -> None:
     from django.contrib import messages
 
-    from django_weft.admin.actions import CANCEL, outcome_message
+    from django_weft.admin.runs.actions import CANCEL, outcome_message
     from django_weft.runtime import BulkFailure, BulkOutcome, BulkRun
 
     finished_runs = tuple(BulkRun(str(uuid.uuid4()), f"order-{i}") for i in range(12))

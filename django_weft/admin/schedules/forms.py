@@ -25,8 +25,8 @@ from django.core.exceptions import ValidationError
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import runtime
-from ..engine.errors import (
+from ... import runtime
+from ...engine.errors import (
     ScheduleAlreadyExists,
     ScheduleManaged,
     ScheduleNotFound,
@@ -34,10 +34,10 @@ from ..engine.errors import (
     WorkflowArgumentsError,
     WorkflowNotRegistered,
 )
-from ..engine.schedule_spec import InvalidSchedule
-from ..models import Schedule
-from ..models.schedules import SCHEDULE_ID_MAX_LENGTH
-from .forms import DurationTextField, JSONTextField, TextField, as_sentence, workflow_choices
+from ...engine.schedule_spec import InvalidSchedule
+from ...models import Schedule
+from ...models.schedules import SCHEDULE_ID_MAX_LENGTH
+from ..common.forms import DurationTextField, JSONTextField, TextField, as_sentence, workflow_choices
 
 SPEC_FIELDS = ("cron", "every", "offset", "timezone", "start_at", "end_at", "jitter")
 """The form's fields that make the spec: a change to one sends them all, so the spec
