@@ -25,14 +25,14 @@ from urllib.parse import urlencode
 
 from django.db.models import Model, QuerySet
 from django.templatetags.static import static
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..conf import weft_settings
 from ..engine.search_attributes import NAME_RULE, is_attribute_name
 from ..models import WorkflowRun
-from .runs import moment, status_badge
+from .common.display import moment, status_badge
+from .common.urls import admin_url
 
 DEFAULT_LIMIT = 20
 STYLESHEET = "django_weft/admin.css"
@@ -107,7 +107,7 @@ class RelatedRuns:
         ``attr=value`` or workflow id as typed, else the ``workflow_id`` lookup; ``None``
         when no changelist URL can say it (a value with a space, a JSON object or list; an
         id with a comma among several)."""
-        changelist = reverse(f"{self.admin_site}:django_weft_workflowrun_changelist")
+        changelist = admin_url(WorkflowRun, "changelist", site=self.admin_site)
         if self.search_attribute is not None:
             value = self.attribute_value(obj)
             if isinstance(value, dict | list):
@@ -141,7 +141,7 @@ class RelatedRuns:
                 (
                     run.pk,
                     status_badge(run.status),
-                    reverse(f"{self.admin_site}:django_weft_workflowrun_change", args=[run.pk]),
+                    admin_url(WorkflowRun, "change", run.pk, site=self.admin_site),
                     run.workflow_id,
                     run.workflow_name,
                     moment(run.created_at),

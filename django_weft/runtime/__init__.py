@@ -8,7 +8,8 @@ suspend, resume, retry, reset), :mod:`.worker` (turns, queued activities, finali
 :mod:`.sweep` (``tick``), :mod:`.retention` (``purge_expired``), :mod:`.schedules`,
 :mod:`.reading`, :mod:`.bulk` (a lifecycle operation on many runs), :mod:`.bulk_jobs`
 (the same on every run a filter matches, by the tick; :mod:`.run_sources` names where a
-job finds its runs), :mod:`.histories` (history
+job finds its runs), :mod:`.schedule_bulk` (an operation on many schedules),
+:mod:`.operations` (every operation described once), :mod:`.histories` (history
 exports) and :mod:`.replay` (checking stored histories against the code); and :mod:`.dispatch`,
 :mod:`.heartbeat`, :mod:`.validation`.
 """
@@ -54,6 +55,7 @@ from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateR
 from .replay import ReplaySummary, RunReplay, replay_document, replay_files, replay_parsed, replay_runs
 from .retention import GcBatch, GcReport, purge_expired
 from .run_sources import register_run_source
+from .schedule_bulk import ScheduleBulkOutcome, apply_schedule_bulk, schedule_refusal_for
 from .schedules import (
     ScheduleDescription,
     SyncReport,
@@ -104,6 +106,7 @@ __all__ = [
     "RunRecord",
     "RunReplay",
     "RunSelection",
+    "ScheduleBulkOutcome",
     "ScheduleDescription",
     "SignalAccepted",
     "SignalRecord",
@@ -118,6 +121,7 @@ __all__ = [
     "_CurrentDispatcher",
     "_dispatch_on_commit",
     "apply_bulk",
+    "apply_schedule_bulk",
     "backfill_schedule",
     "cancel",
     "count_runs",
@@ -165,6 +169,7 @@ __all__ = [
     "run_activity",
     "run_finalizer",
     "run_turn",
+    "schedule_refusal_for",
     "signal",
     "signal_with_start",
     "start",

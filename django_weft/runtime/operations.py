@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from ..conf import weft_settings
 from ..engine import codec
@@ -39,13 +39,6 @@ starts (split it). Each time is a run, started in the request that asks for it."
 
 UPDATE_WAIT_DEFAULT = 10.0
 """How long an update's sender waits for the handler's result when it does not say."""
-
-
-class _User(Protocol):
-    is_active: bool
-    is_staff: bool
-
-    def has_perm(self, perm: str, obj: Any = None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -158,8 +151,9 @@ class Operation:
         """The permissions as ``user.has_perm`` takes them (``django_weft.cancel_workflowrun``)."""
         return tuple(f"{APP_LABEL}.{codename}" for codename in self.permissions)
 
-    def allowed(self, user: _User | None) -> bool:
-        """Whether ``user`` may perform it: an active staff member holding every permission."""
+    def allowed(self, user: Any) -> bool:
+        """Whether ``user`` (a Django user, anonymous or ``None``) may perform it: an active
+        staff member holding every one of :attr:`permissions`."""
         return bool(
             user is not None
             and getattr(user, "is_active", False)

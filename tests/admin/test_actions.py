@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from django_weft import client
 from django_weft.models import WorkflowRun
+from django_weft.runtime.operations import CANCEL_REASON
 from django_weft.testing import drive
 from tests.django.helpers import park
 
@@ -262,10 +263,10 @@ def test_a_reason_too_long_shows_the_confirmation_again_with_the_error() -> None
     run_id = waiting("reason-1")
     form = confirmation_form(choose(root, "cancel_runs", [run_id]))
 
-    response = confirm(root, form, reason="x" * 1001)
+    response = confirm(root, form, reason="x" * (CANCEL_REASON.max_length + 1))
 
     confirmation_form(response)
-    assert "Ensure this value has at most 1000 characters" in response.content.decode()
+    assert f"Ensure this value has at most {CANCEL_REASON.max_length} characters" in response.content.decode()
     assert status(run_id) == "waiting"
 
 
@@ -567,7 +568,7 @@ def test_a_return_address_on_another_host_is_ignored() -> None:
 def test_the_outcome_message_names_ten_runs_per_reason_and_the_failures_as_an_error() -> None:
     from django.contrib import messages
 
-    from django_weft.admin.actions import CANCEL, outcome_message
+    from django_weft.admin.runs.actions import CANCEL, outcome_message
     from django_weft.runtime import BulkFailure, BulkOutcome, BulkRun
 
     finished_runs = tuple(BulkRun(str(uuid.uuid4()), f"order-{i}") for i in range(12))

@@ -12,7 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_weft.admin.runs import LookAheadPaginator
+from django_weft.admin.runs.changelist import LookAheadPaginator
 from django_weft.models import WorkflowRun
 
 from .conftest import changelist_url, make_run, make_step
@@ -223,7 +223,8 @@ def test_each_value_filter_has_an_index_in_the_list_order() -> None:
     status, failure category and workflow filters each lead an index in the list order.
     (At a million runs the failure filter read the whole table before
     ``weft_run_failure_created``; ``benchmarks/admin.py --explain`` shows each plan.)"""
-    from django_weft.admin.runs import WorkflowNameFilter, WorkflowRunAdmin
+    from django_weft.admin.runs import WorkflowRunAdmin
+    from django_weft.admin.runs.changelist import WorkflowNameFilter
 
     columns = [name for name in WorkflowRunAdmin.list_filter if isinstance(name, str)]
     assert WorkflowNameFilter in WorkflowRunAdmin.list_filter

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from django_weft.admin.forms import RunSearch, SearchError, as_run_id, candidate_values, parse_run_search
+from django_weft.admin.runs.forms import RunSearch, SearchError, as_run_id, candidate_values, parse_run_search
 
 
 def test_ids_and_attributes() -> None:

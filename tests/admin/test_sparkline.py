@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import xml.etree.ElementTree as ET
 
-from django_weft.admin.sparkline import HEIGHT, PAD, WIDTH, render_sparkline
+from django_weft.admin.runs.sparkline import HEIGHT, PAD, WIDTH, render_sparkline
 
 SVG = "{http://www.w3.org/2000/svg}"
 BASELINE = HEIGHT - PAD

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django_weft.admin.waits import describe_wait, waited_positions
+from django_weft.admin.runs.waits import describe_wait, waited_positions
 from django_weft.runtime import HistoryEntry
 
 TODAY = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ ALL_PERMISSIONS = (
     "cancel_workflowrun",
     "suspend_workflowrun",
 )
+
+
+def wait_until(check: Callable[[], object], timeout: float = 20.0) -> None:
+    """Poll ``check`` until it is true (the live server and the worker run in other
+    threads); fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,7 +3,6 @@ number that leads to the changelist filtered to the runs it counts."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -13,14 +12,7 @@ from django.utils import timezone
 from django_weft import WorkflowFailed, client
 from django_weft.models import WorkflowRun
 
-from .conftest import Browser, make_user
-
-
-def _wait_until(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+from .conftest import Browser, make_user, wait_until
 
 
 def test_dashboard_from_the_app_index_to_a_filtered_changelist(browser: Browser, driver: Any) -> None:
@@ -35,7 +27,7 @@ def test_dashboard_from_the_app_index_to_a_filtered_changelist(browser: Browser,
         handle.result(timeout=30)
     with pytest.raises(WorkflowFailed):
         failing.result(timeout=30)
-    _wait_until(
+    wait_until(
         lambda: (
             WorkflowRun.objects.filter(
                 pk__in=[handle.run_id for handle in [*waiting, cart]], status="waiting"

@@ -16,10 +16,10 @@ from django.contrib.auth.models import Permission
 from rest_framework import serializers
 
 from django_weft import client, runtime
-from django_weft.admin.actions import ReasonForm
-from django_weft.admin.forms import UpdateForm
-from django_weft.admin.reset import ResetForm
-from django_weft.admin.schedule_forms import PauseForm, note_field
+from django_weft.admin.runs.actions import ReasonForm
+from django_weft.admin.runs.forms import UpdateForm
+from django_weft.admin.runs.reset import ResetForm
+from django_weft.admin.schedules.forms import PauseForm, note_field
 from django_weft.api import serializers as s
 from django_weft.engine.errors import InvalidInput
 from django_weft.models import Schedule, WorkflowRun
@@ -67,10 +67,11 @@ def _surfaces(name: str) -> Surfaces:
                     data={"action": name, "filter": {"status": "waiting"}, "reason": reason}
                 )
             ),
-            runtime=lambda reason: (
-                runtime.cancel(_pending_run(), reason, mode=mode)
+            target=_pending_run,
+            runtime=lambda run_id, reason: (
+                runtime.cancel(run_id, reason, mode=mode)
                 if name == "cancel"
-                else runtime.apply_bulk(name, [_pending_run()], reason=reason)
+                else runtime.apply_bulk(name, [run_id], reason=reason)
             ),
         )
     if name == "reset":

@@ -10,28 +10,26 @@ at, a run that is not the latest of its workflow id) are errors on the form.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 
-from .. import runtime
-from ..conf import weft_settings
-from ..engine.errors import WeftError
-from ..models import WorkflowRun
-from ..runtime.operations import REASON_MAX_LENGTH
-from .forms import JSONTextField, as_sentence
-from .tools import Outcome, RunToolView, ToolView
+from ... import runtime
+from ...conf import weft_settings
+from ...engine.errors import WeftError
+from ...models import WorkflowRun
+from ...runtime.operations import OPERATIONS, RESET_REASON
+from ..common.forms import JSONTextField, as_sentence
+from ..common.tools import Outcome, non_atomic_view
+from ..common.urls import url_name
+from .tools import RunToolView
 
-RESET_PERMISSIONS = ("cancel_workflowrun", "add_workflowrun")
+RESET_PERMISSIONS = OPERATIONS["reset"].permissions
 """What a reset needs: it closes a run (cancel) and starts one (add)."""
 TEMPLATE = "admin/django_weft/workflowrun/reset_form.html"
 SHOWN_AROUND = 2
@@ -40,13 +38,7 @@ SHOWN_AROUND = 2
 
 def may_reset(request: HttpRequest) -> bool:
     """Whether the request's user may reset runs: active staff with both permissions."""
-    user = request.user
-    label = WorkflowRun._meta.app_label
-    return bool(
-        user.is_active
-        and user.is_staff
-        and all(user.has_perm(f"{label}.{codename}") for codename in RESET_PERMISSIONS)
-    )
+    return OPERATIONS["reset"].allowed(request.user)
 
 
 def newer_run(run: WorkflowRun) -> WorkflowRun | None:
@@ -67,7 +59,7 @@ class ResetForm(forms.Form):
         "every later one again.",
     )
     reason = forms.CharField(
-        max_length=REASON_MAX_LENGTH,
+        max_length=RESET_REASON.max_length,
         strip=True,
         widget=forms.TextInput(attrs={"size": 60, "placeholder": "why this run is reset"}),
         help_text="Required; stored on both runs.",
@@ -100,11 +92,12 @@ class ResetView(RunToolView):
     what = "resets"
     back_label = "Back to the run, no reset"
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if not may_reset(request):
-            raise PermissionDenied("A reset needs the cancel_workflowrun and add_workflowrun permissions.")
-        # Not ToolView.dispatch: its check is one permission per tool; a reset needs two.
-        return super(ToolView, self).dispatch(request, *args, **kwargs)
+    def may_use(self, request: HttpRequest) -> bool:
+        # A reset needs two permissions (the catalogue's), not one like the other tools.
+        return may_reset(request)
+
+    def denied_message(self) -> str:
+        return "A reset needs the cancel_workflowrun and add_workflowrun permissions."
 
     def initial(self, request: HttpRequest) -> dict[str, Any]:
         return {"to_seq": request.GET["to_seq"]} if "to_seq" in request.GET else {}
@@ -179,13 +172,8 @@ class ResetView(RunToolView):
 def reset_urls(model_admin: admin.ModelAdmin[WorkflowRun]) -> list[URLPattern]:
     """``<object_id>/reset/``, named ``admin:django_weft_workflowrun_reset`` (before the
     admin's own routes, which ``<object_id>/`` would otherwise match)."""
-    wrapped: Callable[..., HttpResponseBase] = model_admin.admin_site.admin_view(
-        ResetView.as_view(model_admin=model_admin)
-    )
-    for alias in settings.DATABASES:
-        wrapped = transaction.non_atomic_requests(using=alias)(wrapped)
-    prefix = f"{WorkflowRun._meta.app_label}_{WorkflowRun._meta.model_name}"
-    return [path("<path:object_id>/reset/", wrapped, name=f"{prefix}_reset")]
+    view = non_atomic_view(model_admin, ResetView)
+    return [path("<path:object_id>/reset/", view, name=url_name(WorkflowRun, "reset"))]
 
 
 __all__ = ["RESET_PERMISSIONS", "ResetForm", "ResetView", "may_reset", "newer_run", "reset_urls"]

@@ -1,8 +1,8 @@
 """The schedules' admin at ``admin/django_weft/schedule/``: the list with each schedule's
 spec in words, next fire, last outcome and counters; the actions pause, unpause, trigger
-and delete (:mod:`.schedule_actions`); the add and change form of a schedule made by hand
-(:mod:`.schedule_forms`); a schedule's page with its next fire times, recent actions and
-runs; and the **Backfill** tool.
+and delete (:mod:`.actions`); the add and change form of a schedule made by hand
+(:mod:`.forms`); a schedule's page with its next fire times, recent actions and
+runs (:mod:`.display`); and the **Backfill** tool (:mod:`.backfill`).
 
 Reads only: rows are listed through the ``Schedule`` queryset, a schedule's state through
 :func:`django_weft.runtime.describe_schedules`; every change goes through the runtime's
@@ -14,130 +14,54 @@ would put it back); it can be paused, unpaused, triggered and backfilled like an
 
 from __future__ import annotations
 
-import contextlib
-from datetime import UTC, datetime, tzinfo
-from itertools import islice
 from typing import Any
 from urllib.parse import urlencode
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
-from django.utils import timezone
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
-from .. import runtime
-from ..conf import weft_settings
-from ..engine.errors import ScheduleManaged, ScheduleNotFound, WeftError
-from ..engine.schedule_spec import InvalidSchedule
-from ..models import Schedule
-from ..runtime.schedules import spec_of
-from .confirmation import RETURN_TO, ConfirmedActionsAdmin
-from .forms import as_sentence
-from .runs import moment, status_badge
-from .schedule_actions import (
+from ... import runtime
+from ...conf import weft_settings
+from ...engine.errors import ScheduleManaged, ScheduleNotFound
+from ...models import Schedule, WorkflowRun
+from ...runtime.operations import OPERATIONS
+from ...runtime.schedules import spec_of
+from ..common.display import moment
+from ..common.forms import as_sentence
+from ..common.selection import RETURN_TO, ConfirmedActionsAdmin
+from ..common.urls import admin_url, url_name
+from .actions import (
     ACTIONS_BY_NAME,
     PAUSE,
     SCHEDULE_ACTIONS,
     TRIGGER,
     UNPAUSE,
     ScheduleAction,
-    fire_words,
     is_schedule_id,
 )
-from .schedule_forms import BackfillForm, ScheduleForm, seconds_text
-from .tools import Outcome, ToolView
+from .backfill import BackfillView
+from .display import (
+    OUTCOME_LABELS,
+    action_row,
+    as_datetime,
+    local_and_utc,
+    managed_note,
+    managed_refusal,
+    operator_in_utc,
+    outcome_badge,
+    run_link,
+    time_columns,
+)
+from .forms import ScheduleForm, seconds_text
 
 NEXT_FIRES_SHOWN = 10
-BACKFILL_LIMIT = 500
-"""The most scheduled times one backfill from the admin fires (as a REST ``backfill/``
-request): each start takes a few milliseconds while the schedule stays locked, and the
-request waits for all of them."""
-BACKFILL_ROWS_SHOWN = 100
-"""Fires listed after a backfill; the rest are counted."""
-OUTCOME_LABELS = {
-    "started": "started",
-    "already_started": "already started",
-    "skipped": "skipped",
-    "buffered": "buffered",
-    "missed": "missed",
-    "error": "error",
-}
-
-
-def local_and_utc(value: datetime | str | None) -> tuple[str, str]:
-    """A time in the operator's time zone (with its abbreviation) and in UTC."""
-    if value is None:
-        return "-", "-"
-    if isinstance(value, str):
-        parsed = _as_datetime(value)
-        if parsed is None:
-            return value, value
-        value = parsed
-    return (
-        date_format(timezone.localtime(value), "Y-m-d H:i:s T"),
-        value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
-    )
-
-
-def operator_in_utc() -> bool:
-    """Whether the operator's time zone is UTC (then a UTC column would repeat it)."""
-    return timezone.get_current_timezone_name() in ("UTC", "Etc/UTC")
-
-
-def time_columns(schedule: Schedule) -> list[tuple[str, tzinfo]]:
-    """The time zones to show a schedule's fire times in: the operator's, UTC, and for a
-    cron schedule its own zone (whose wall clock the expression is matched against)."""
-    current = timezone.get_current_timezone_name()
-    columns: list[tuple[str, tzinfo]] = [(f"your time ({current})", timezone.get_current_timezone())]
-    if not operator_in_utc():
-        columns.append(("UTC", UTC))
-    if schedule.cron and schedule.timezone not in (current, "UTC"):
-        # A zone this machine's tz database no longer has: the other columns still say it.
-        with contextlib.suppress(ZoneInfoNotFoundError, ValueError):
-            columns.append((f"the schedule's ({schedule.timezone})", ZoneInfo(schedule.timezone)))
-    return columns
-
-
-def run_link(action: dict[str, Any], label: str | None = None) -> SafeString | str:
-    """The run a recorded action started, linked (by ``label``, else its workflow id), and
-    its current status."""
-    run_id = action.get("run_id")
-    if not run_id:
-        return ""
-    url = reverse("admin:django_weft_workflowrun_change", args=[run_id])
-    badge: SafeString | str = ""
-    if "run_status" in action:  # described: the run's status now (None: removed by retention)
-        status = action["run_status"]
-        badge = (
-            status_badge(status) if status else format_html('<span class="quiet">{}</span>', "no longer kept")
-        )
-    workflow_id = action.get("workflow_id") or run_id
-    return format_html(
-        '<a href="{}" class="weft-schedule-run" title="run {}">{}</a> {}',
-        url,
-        workflow_id,
-        label or workflow_id,
-        badge,
-    )
-
-
-def outcome_badge(outcome: str) -> SafeString:
-    """A recorded action's outcome as a small badge (``weft-outcome-<outcome>``)."""
-    label = OUTCOME_LABELS.get(outcome, outcome)
-    return format_html(
-        '<span class="weft-outcome-badge weft-outcome-{}">{}</span>', outcome.replace("_", "-"), label
-    )
-
 
 # -- the changelist -------------------------------------------------------------------------------
 
@@ -270,12 +194,12 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
     # -- permissions ------------------------------------------------------------------------
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        """Pause and unpause (``django_weft.pause_schedule``)."""
-        return bool(request.user.has_perm("django_weft.pause_schedule"))
+        """Pause and unpause: the catalogue's permissions of these operations."""
+        return OPERATIONS["pause"].allowed(request.user) and OPERATIONS["unpause"].allowed(request.user)
 
     def has_trigger_permission(self, request: HttpRequest) -> bool:
-        """Trigger and backfill (``django_weft.trigger_schedule``)."""
-        return bool(request.user.has_perm("django_weft.trigger_schedule"))
+        """Trigger and backfill: the catalogue's permissions of these operations."""
+        return OPERATIONS["trigger"].allowed(request.user) and OPERATIONS["backfill"].allowed(request.user)
 
     def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         # A schedule declared in code is deleted by removing its declaration (sync --prune).
@@ -345,7 +269,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
                 return "-"
             action = schedule.recent_actions[0]
         # The scheduled time names the run (its workflow id is "<schedule id>-<that time>").
-        when = moment(_as_datetime(action.get("scheduled_at")))
+        when = moment(as_datetime(action.get("scheduled_at")))
         badge = outcome_badge(str(action.get("outcome")))
         if action.get("run_id"):
             return format_html("{} {}", badge, run_link(action, label=when))
@@ -463,10 +387,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
         }
 
     def url(self, view: str, *args: Any) -> str:
-        opts = self.opts
-        return reverse(
-            f"admin:{opts.app_label}_{opts.model_name}_{view}", args=args, current_app=self.admin_site.name
-        )
+        return admin_url(Schedule, view, *args, site=self.admin_site.name)
 
     @admin.display(description="spec")
     def spec_in_words(self, schedule: Schedule) -> str:
@@ -530,7 +451,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
 
     @admin.display(description="runs")
     def runs_of_schedule(self, schedule: Schedule) -> SafeString:
-        url = reverse("admin:django_weft_workflowrun_changelist", current_app=self.admin_site.name)
+        url = admin_url(WorkflowRun, "changelist", site=self.admin_site.name)
         query = urlencode({"q": f"weft_schedule_id={schedule.pk}"})
         return format_html('<a href="{}?{}" class="weft-schedule-runs">runs of this schedule</a>', url, query)
 
@@ -567,171 +488,11 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
     # -- the backfill tool ----------------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        opts = self.opts
         view = self.admin_site.admin_view(BackfillView.as_view(model_admin=self))
         return [
-            path("<path:object_id>/backfill/", view, name=f"{opts.app_label}_{opts.model_name}_backfill"),
+            path("<path:object_id>/backfill/", view, name=url_name(Schedule, "backfill")),
             *super().get_urls(),
         ]
 
 
-def managed_note(schedule: Schedule) -> SafeString:
-    return format_html(
-        "Declared in code (workflow {}); change it there and run <code>manage.py weft_schedules sync</code>. "
-        "Here its note can be changed, and it can be paused, unpaused, triggered and backfilled.",
-        schedule.workflow_name,
-    )
-
-
-def managed_refusal(schedule: Schedule) -> str:
-    return (
-        f"Schedule {schedule.pk} is declared in code (workflow {schedule.workflow_name}), so it is not "
-        "deleted here: the next manage.py weft_schedules sync would create it again. Remove its "
-        "declaration and run manage.py weft_schedules sync --prune."
-    )
-
-
-def action_row(action: dict[str, Any]) -> dict[str, Any]:
-    """One row of a schedule's recent actions table."""
-    scheduled, scheduled_utc = local_and_utc(action.get("scheduled_at"))
-    actual, _ = local_and_utc(action.get("actual_at"))
-    return {
-        "scheduled": scheduled,
-        "scheduled_utc": scheduled_utc,
-        "actual": actual,
-        "outcome": outcome_badge(str(action.get("outcome"))),
-        "source": action.get("source") or "schedule",
-        "detail": action.get("detail") or "",
-        "run": run_link(action),
-    }
-
-
-def _as_datetime(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-# -- Backfill -------------------------------------------------------------------------------------
-
-
-class BackfillView(ToolView):
-    """``<schedule id>/backfill/``: fire each scheduled time of a range once, now."""
-
-    tool = "backfill"
-    title = "Backfill"
-    submit_label = "Backfill"
-    form_class = BackfillForm
-    template_name = "admin/django_weft/schedule/backfill.html"
-    back_label = "Back to the schedule"
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        user = request.user
-        if not (user.is_active and user.is_staff and user.has_perm("django_weft.trigger_schedule")):
-            raise PermissionDenied("You need the trigger_schedule permission to backfill.")
-        # ToolView.dispatch checks the run tools' permissions; View.dispatch routes the method.
-        return super(ToolView, self).dispatch(request, *args, **kwargs)
-
-    def schedule(self, request: HttpRequest, object_id: str) -> Schedule:
-        found = self.admin.get_object(request, unquote(object_id))
-        if found is None:
-            raise Http404(f"No schedule has the id {object_id!r}.")
-        return found
-
-    def get(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        schedule = self.schedule(request, object_id)
-        return self.render(request, BackfillForm(), obj=schedule)
-
-    def post(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        schedule = self.schedule(request, object_id)
-        form = BackfillForm(request.POST)
-        outcome: Outcome | None = None
-        if form.is_valid() and self.within_limit(form, schedule):
-            data = form.cleaned_data
-            try:
-                fires = runtime.backfill_schedule(
-                    schedule.pk, data["start"], data["end"], overlap=data["overlap"]
-                )
-            except InvalidSchedule as exc:
-                self.add_error(form, exc, exc.field)
-            except ScheduleNotFound:
-                messages.error(request, f"Schedule {schedule.pk} no longer exists; nothing was backfilled.")
-                return HttpResponseRedirect(self.url("changelist"))
-            except WeftError as exc:
-                self.add_error(form, exc)
-            else:
-                outcome = backfill_outcome(data["start"], data["end"], fires)
-                if fires:
-                    self.admin.log_change(request, schedule, f"Backfilled: {outcome.summary}")
-        return self.render(request, form, obj=schedule, outcome=outcome)
-
-    @staticmethod
-    def within_limit(form: BackfillForm, schedule: Schedule) -> bool:
-        """Whether the range holds at most :data:`BACKFILL_LIMIT` scheduled times (an error
-        on ``end`` if not): counted on the spec, before the runtime locks anything."""
-        start, end = form.cleaned_data["start"], form.cleaned_data["end"]
-        if len(list(islice(spec_of(schedule).between(start, end), BACKFILL_LIMIT + 1))) <= BACKFILL_LIMIT:
-            return True
-        form.add_error(
-            "end",
-            f"The range holds more than {BACKFILL_LIMIT} scheduled times. Backfill at most {BACKFILL_LIMIT} "
-            "at a time: split it (a backfill is idempotent, so the pieces may overlap).",
-        )
-        return False
-
-    def render(self, request: HttpRequest, form: forms.Form, **kwargs: Any) -> TemplateResponse:
-        response = super().render(request, form, **kwargs)
-        response.context_data["weft_zone"] = timezone.get_current_timezone_name()  # type: ignore[index]
-        return response
-
-
-def backfill_outcome(start: datetime, end: datetime, fires: list[dict[str, Any]]) -> Outcome:
-    """What a backfill did: how many times in the range, and what each fire did."""
-    first, _ = local_and_utc(start)
-    last, _ = local_and_utc(end)
-    if not fires:
-        return Outcome("Nothing to backfill", f"No scheduled time falls between {first} and {last}.")
-    counts: dict[str, int] = {}
-    for fire in fires:
-        label = OUTCOME_LABELS.get(str(fire.get("outcome")), str(fire.get("outcome")))
-        counts[label] = counts.get(label, 0) + 1
-    tally = ", ".join(f"{count} {label}" for label, count in counts.items())
-    summary = f"{len(fires)} scheduled time{'s' if len(fires) != 1 else ''} from {first} to {last}: {tally}."
-    with_utc = not operator_in_utc()
-    rows = format_html_join(
-        "",
-        "<tr><td>{}</td>{}<td>{}</td><td>{}</td></tr>",
-        (
-            (
-                local,
-                format_html("<td>{}</td>", utc) if with_utc else "",
-                outcome_badge(str(fire.get("outcome"))),
-                _fire_cell(fire),
-            )
-            for fire in fires[:BACKFILL_ROWS_SHOWN]
-            for local, utc in [local_and_utc(fire.get("scheduled_at"))]
-        ),
-    )
-    more = len(fires) - BACKFILL_ROWS_SHOWN
-    table = format_html(
-        '<table class="weft-backfill-fires"><thead><tr><th>scheduled</th>{}'
-        "<th>outcome</th><th>run</th></tr></thead><tbody>{}</tbody></table>{}",
-        mark_safe("<th>UTC</th>") if with_utc else "",
-        rows,
-        format_html('<p class="help">… and {} more</p>', more) if more > 0 else "",
-    )
-    failed = any(fire.get("outcome") == "error" for fire in fires)
-    return Outcome("Backfilled", summary, value=table, failed=failed)
-
-
-def _fire_cell(fire: dict[str, Any]) -> SafeString | str:
-    if fire.get("run_id"):
-        url = reverse("admin:django_weft_workflowrun_change", args=[fire["run_id"]])
-        return format_html('<a href="{}">{}</a>', url, fire.get("workflow_id") or fire["run_id"])
-    return fire_words(fire)
-
-
-__all__ = ["BackfillView", "ScheduleAdmin"]
+__all__ = ["NEXT_FIRES_SHOWN", "ScheduleAdmin"]

@@ -15,28 +15,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.safestring import SafeString
 
-from .. import runtime
-from ..conf import weft_settings
-from ..models import Schedule, WorkflowRun
-from .runs import _queue_of, moment, status_badge
+from ... import runtime
+from ...conf import weft_settings
+from ...models import Schedule, WorkflowRun
+from ...runtime.operations import OPERATIONS
+from ..common.display import moment, status_badge
+from ..common.urls import admin_url, url_name
+from ..timeline import format_duration
+from .changelist import queue_of
 from .sparkline import render_sparkline
-from .timeline import format_duration
 from .waits import describe_wait, waited_positions
-
-if TYPE_CHECKING:
-    from .runs import WorkflowRunAdmin
 
 TEMPLATE = "admin/django_weft/dashboard.html"
 SPARKLINE_MINUTES = 60
@@ -44,19 +45,18 @@ STATUSES = tuple(str(status) for status in WorkflowRun.Status.values)
 """Every status, in the model's order (active first, then the terminal ones)."""
 
 
-def dashboard_urls(model_admin: WorkflowRunAdmin) -> list[URLPattern]:
+def dashboard_urls(model_admin: admin.ModelAdmin[WorkflowRun]) -> list[URLPattern]:
     """The dashboard's URL under the run admin's URLs, named
     ``admin:django_weft_workflowrun_dashboard``; staff only (the admin site's login)."""
 
     def dashboard(request: HttpRequest) -> HttpResponse:
         return dashboard_view(request, model_admin)
 
-    opts = model_admin.opts
-    name = f"{opts.app_label}_{opts.model_name}_dashboard"
+    name = url_name(WorkflowRun, "dashboard")
     return [path("dashboard/", model_admin.admin_site.admin_view(dashboard), name=name)]
 
 
-def dashboard_view(request: HttpRequest, model_admin: WorkflowRunAdmin) -> HttpResponse:
+def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin[WorkflowRun]) -> HttpResponse:
     """The dashboard, for a staff user who may view runs (403 otherwise)."""
     if request.method not in ("GET", "HEAD"):
         return HttpResponseNotAllowed(["GET", "HEAD"])
@@ -64,11 +64,9 @@ def dashboard_view(request: HttpRequest, model_admin: WorkflowRunAdmin) -> HttpR
         raise PermissionDenied
     report = runtime.status_report()
     finished = runtime.finished_per_minute(SPARKLINE_MINUTES, now=report.read_at)
-    changelist = reverse(
-        f"{model_admin.admin_site.name}:{model_admin.opts.app_label}_{model_admin.opts.model_name}_changelist"
-    )
+    changelist = admin_url(WorkflowRun, "changelist", site=model_admin.admin_site.name)
     schedules = None
-    if request.user.has_perm("django_weft.view_schedule"):
+    if OPERATIONS["view_schedule"].allowed(request.user):
         schedules = ScheduleFigures.read(admin_name=model_admin.admin_site.name)
     context = {
         **model_admin.admin_site.each_context(request),
@@ -226,7 +224,7 @@ class ScheduleFigures:
 
     @classmethod
     def read(cls, *, admin_name: str = "admin") -> ScheduleFigures:
-        changelist = reverse(f"{admin_name}:django_weft_schedule_changelist")
+        changelist = admin_url(Schedule, "changelist", site=admin_name)
         link = _linker(changelist)
         schedules = Schedule.objects.using(weft_settings.DATABASE_ALIAS)
         counts = schedules.aggregate(
@@ -247,7 +245,7 @@ class ScheduleFigures:
             failing=Figure(counts["failing"], link(last_outcome="error")),
             next_id=upcoming.pk if upcoming is not None else None,
             next_at=moment(upcoming.next_fire_at) if upcoming is not None else "",
-            next_url=reverse(f"{admin_name}:django_weft_schedule_change", args=[upcoming.pk])
+            next_url=admin_url(Schedule, "change", upcoming.pk, site=admin_name)
             if upcoming is not None
             else "",
         )
@@ -284,9 +282,9 @@ def _oldest(
     if run.waiting_on:
         seqs = waited_positions(run.waiting_on)
         steps = runtime.read_steps_at({run.run_id: seqs}).get(run.run_id, {}) if seqs else {}
-        detail = describe_wait(run.waiting_on, steps=steps, queue_of=_queue_of, tz=tz, today=now)
+        detail = describe_wait(run.waiting_on, steps=steps, queue_of=queue_of, tz=tz, today=now)
     return OldestRun(
-        url=reverse(f"{admin_name}:django_weft_workflowrun_change", args=[run.run_id]),
+        url=admin_url(WorkflowRun, "change", run.run_id, site=admin_name),
         workflow=run.workflow,
         workflow_id=run.workflow_id,
         badge=status_badge(run.status),

@@ -7,240 +7,49 @@ and a run's history through :mod:`django_weft.runtime`; nothing here writes a ro
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable
-from datetime import datetime, timedelta
-from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern
 from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import runtime
-from ..conf import weft_settings
-from ..engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
-from ..engine.registry import registry
-from ..engine.reset import ResetLink
-from ..models import Schedule, Timer, WorkflowRun
-from ..models.messages import UpdateStatus
-from . import timeline, tools
+from ... import runtime
+from ...conf import weft_settings
+from ...engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
+from ...engine.reset import ResetLink
+from ...models import Schedule, WorkflowRun
+from .. import timeline
+from ..common.display import moment_field, pretty_json, run_link, status_badge
+from ..common.urls import admin_url
 from .actions import RUN_ACTIONS, RunActionsAdmin
+from .changelist import (
+    FinishedFilter,
+    HasParentFilter,
+    LookAheadPaginator,
+    OverdueFilter,
+    RunChangeList,
+    WorkflowNameFilter,
+    queue_of,
+)
+from .dashboard import dashboard_urls
 from .forms import SearchError, as_run_id, parse_run_search
 from .reset import may_reset, reset_urls
+from .tables import signals_rows, steps_rows, timers_rows, updates_rows
+from .tools import tool_urls
 from .waits import describe_wait, waited_positions
-
-LIST_COLUMNS = (
-    "id",
-    "workflow_id",
-    "workflow_name",
-    "status",
-    "attempt",
-    "waiting_on",
-    "created_at",
-    "finished_at",
-)
-"""The columns the changelist reads: JSON payloads and ownership stay in the database."""
 
 CHILDREN_SHOWN = 100
 STEPS_PER_PAGE = 200
 MESSAGES_SHOWN = 50
 """Signals, updates and timers shown on a run's page: the latest, with the count of all."""
-JSON_SHOWN = 2000
-"""Characters of a signal's or update's JSON shown in its table; the rest is cut."""
-
-
-def status_badge(status: str) -> SafeString:
-    """A run status as a coloured badge (``weft-badge weft-badge-<status>``, ``_`` as ``-``)."""
-    if status not in WorkflowRun.Status.values:
-        return format_html('<span class="weft-badge weft-badge-unknown">{}</span>', status)
-    label = WorkflowRun.Status(status).label
-    return format_html('<span class="weft-badge weft-badge-{}">{}</span>', status.replace("_", "-"), label)
-
-
-def pretty_json(value: Any) -> SafeString:
-    """A JSON value indented in a ``<pre>`` (escaped)."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    return format_html('<pre class="weft-json">{}</pre>', text)
-
-
-def moment(value: datetime | None) -> str:
-    """A time to the second, in the current time zone; "-" for none."""
-    if value is None:
-        return "-"
-    return date_format(timezone.localtime(value), "Y-m-d H:i:s")
-
-
-def moment_field(column: str, description: str) -> Callable[[Any, WorkflowRun], str]:
-    """A read-only admin field showing the time in ``column`` to the second."""
-
-    @admin.display(description=description, ordering=column)
-    def show(model_admin: Any, run: WorkflowRun) -> str:
-        return moment(getattr(run, column))
-
-    return show
-
-
-# -- the changelist's paginator ---------------------------------------------------------
-
-
-class LookAheadPaginator(Paginator):
-    """A paginator that never counts the table.
-
-    ``count`` is the rows before the requested page plus the rows found by reading up to
-    :attr:`look_ahead_pages` pages ahead of it: one ``SELECT id ... LIMIT/OFFSET`` on the
-    changelist's indexed order, whose cost grows with the page number, not with the table.
-    ``more`` says the list goes on past what was read. On PostgreSQL, an unfiltered list
-    also carries :attr:`estimated_total`, the planner's row estimate (``pg_class.reltuples``),
-    which is free and good enough to say "about 1.2 million runs".
-    """
-
-    look_ahead_pages = 5
-    max_page = 10_000
-    """Deeper pages are not served (their ``OFFSET`` reads every row before them): the
-    admin says the page does not exist; a filter or a search narrows the list instead."""
-
-    def __init__(self, object_list: Any, per_page: int, *args: Any, page_number: int = 1, **kwargs: Any):
-        super().__init__(object_list, per_page, *args, **kwargs)
-        self.queryset: QuerySet[WorkflowRun] = object_list
-        self.page_number = max(page_number, 1)
-        self.more = False
-
-    @cached_property
-    def count(self) -> int:
-        if self.page_number > self.max_page:
-            # More than a page, so the admin pages, and finds no such page: no query.
-            return self.per_page + 1
-        start = (self.page_number - 1) * self.per_page
-        limit = self.per_page * self.look_ahead_pages + 1
-        found = len(self.queryset.values_list("pk", flat=True)[start : start + limit])
-        self.more = found == limit
-        return start + found
-
-    @cached_property
-    def estimated_total(self) -> int | None:
-        queryset = self.queryset
-        if queryset.query.where or connections[queryset.db].vendor != "postgresql":
-            return None
-        with connections[queryset.db].cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                [WorkflowRun._meta.db_table],
-            )
-            row = cursor.fetchone()
-        # -1 (never analysed) or 0 says nothing useful.
-        return int(row[0]) if row and row[0] and row[0] > 0 else None
-
-
-class RunChangeList(ChangeList):
-    """The changelist reading only :data:`LIST_COLUMNS`, and, for the page's parked runs,
-    the steps they wait on (one query for the page)."""
-
-    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[WorkflowRun]:
-        return super().get_queryset(request, *args, **kwargs).only(*LIST_COLUMNS)
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        runs = list(self.result_list)
-        positions = {str(run.pk): waited_positions(run.waiting_on) for run in runs if run.waiting_on}
-        waited = runtime.read_steps_at({key: seqs for key, seqs in positions.items() if seqs})
-        for run in runs:
-            run.weft_waited_steps = waited.get(str(run.pk), {})
-        self.result_list = runs
-
-
-# -- filters ------------------------------------------------------------------------------
-
-
-class WorkflowNameFilter(admin.SimpleListFilter):
-    """The registered workflows' names (from the registry: no DISTINCT over the table)."""
-
-    title = "workflow"
-    parameter_name = "workflow"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in sorted(registry.workflows)]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
-        value = self.value()
-        return queryset.filter(workflow_name=value) if value else queryset
-
-
-class HasParentFilter(admin.SimpleListFilter):
-    """Child runs (started by another run) or top-level runs."""
-
-    title = "parent"
-    parameter_name = "has_parent"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "child runs"), ("no", "top-level runs")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
-        if self.value() == "yes":
-            return queryset.filter(parent__isnull=False)
-        if self.value() == "no":
-            return queryset.filter(parent__isnull=True)
-        return queryset
-
-
-# -- filters the dashboard links to ---------------------------------------------------------
-
-
-class OverdueFilter(admin.SimpleListFilter):
-    """What the sweep has yet to pick up: owned runs whose lease has expired (their worker
-    died or stalled), and runs with a timer past its fire time that has not fired. Each
-    reads a partial index (owned leases, unfired timers), on the database clock."""
-
-    title = "overdue"
-    parameter_name = "overdue"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("lease", "lease expired"), ("timer", "timer due")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
-        if self.value() == "lease":
-            return queryset.expired_leases(Now(), 0)  # type: ignore[attr-defined]
-        if self.value() == "timer":
-            due = Timer.objects.using(weft_settings.DATABASE_ALIAS).due(Now()).values("run_id")
-            return queryset.filter(pk__in=due)
-        return queryset
-
-
-class FinishedFilter(admin.SimpleListFilter):
-    """Runs that finished recently. Terminal runs are found by ``updated_at`` (the partial
-    index ``weft_run_terminal_updated``; a run's ``updated_at`` is never before its
-    ``finished_at``), then checked on ``finished_at``."""
-
-    title = "finished"
-    parameter_name = "finished"
-    windows: ClassVar[dict[str, tuple[timedelta, str]]] = {
-        "10m": (timedelta(minutes=10), "in the last 10 minutes"),
-        "1h": (timedelta(hours=1), "in the last hour"),
-        "24h": (timedelta(hours=24), "in the last 24 hours"),
-    }
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(key, label) for key, (_, label) in self.windows.items()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
-        window = self.windows.get(self.value() or "")
-        if window is None:
-            return queryset
-        since = Now() - window[0]
-        return queryset.filter(
-            status__in=sorted(TERMINAL_STATUSES), updated_at__gte=since, finished_at__gte=since
-        )
 
 
 # -- the admin ----------------------------------------------------------------------------
@@ -344,9 +153,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
     # -- extra pages: the object tools (tools.py) and the dashboard (dashboard.py) ------
 
     def get_urls(self) -> list[URLPattern]:
-        from .dashboard import dashboard_urls  # imported here: the dashboard uses status_badge
-
-        return [*tools.tool_urls(self), *reset_urls(self), *dashboard_urls(self), *super().get_urls()]
+        return [*tool_urls(self), *reset_urls(self), *dashboard_urls(self), *super().get_urls()]
 
     # -- changelist ---------------------------------------------------------------------
 
@@ -434,7 +241,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         return describe_wait(
             run.waiting_on,
             steps=steps,
-            queue_of=_queue_of,
+            queue_of=queue_of,
             tz=timezone.get_current_timezone(),
             today=timezone.now(),
         )
@@ -495,7 +302,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         found = parent.only("id", "workflow_id", "workflow_name", "status").first()
         if found is None:
             return f"{run.parent_id} (no longer kept)"
-        return _run_link(found)
+        return run_link(found)
 
     @admin.display(description="started by schedule")
     def schedule_link(self, run: WorkflowRun) -> SafeString | str:
@@ -507,7 +314,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         schedules = Schedule.objects.using(weft_settings.DATABASE_ALIAS)
         if not schedules.filter(pk=schedule_id).exists():
             return f"{schedule_id} (deleted since), {fire}"
-        url = reverse(f"{self.admin_site.name}:django_weft_schedule_change", args=[schedule_id])
+        url = admin_url(Schedule, "change", schedule_id, site=self.admin_site.name)
         return format_html('<a href="{}">{}</a>, {}', url, schedule_id, fire)
 
     @admin.display(description="child runs")
@@ -521,7 +328,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         if not children:
             return "-"
         links = format_html_join(
-            "", "<li>{}</li>", ((_run_link(child),) for child in children[:CHILDREN_SHOWN])
+            "", "<li>{}</li>", ((run_link(child),) for child in children[:CHILDREN_SHOWN])
         )
         more = format_html("<li>… more (the first {} shown)</li>", CHILDREN_SHOWN)
         return format_html(
@@ -568,7 +375,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         # replaced already (reset, or continued as new). A later start under its workflow
         # id is found by the reset page instead (one query less for every run page).
         may = may_reset(request) and run.reset_to is None and run.status != RunStatus.CONTINUED
-        reset_url = reverse("admin:django_weft_workflowrun_reset", args=[run.pk]) if may else None
+        reset_url = admin_url(WorkflowRun, "reset", run.pk) if may else None
         return {
             "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),
             "weft_steps": steps_rows(shown, reset_url=reset_url),
@@ -605,11 +412,6 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         return super().changeform_view(request, object_id, form_url, extra)
 
 
-def _queue_of(activity_name: str) -> str | None:
-    definition = registry.activities.get(activity_name)
-    return definition.queue if definition is not None else None
-
-
 def _reset_link(stored: object, how: str) -> SafeString | str:
     """A reset's other run, as a link, with where the history was cut and why."""
     link = ResetLink.of(stored)
@@ -621,130 +423,8 @@ def _reset_link(stored: object, how: str) -> SafeString | str:
         .only("id", "workflow_id", "workflow_name", "status")
         .first()
     )
-    shown = _run_link(other) if other is not None else f"{link.run_id} (no longer kept)"
+    shown = run_link(other) if other is not None else f"{link.run_id} (no longer kept)"
     return format_html("{}: {} {} ({}, {})", shown, how, link.seq, link.reason, link.reset_at)
 
 
-def _run_link(run: WorkflowRun) -> SafeString:
-    url = reverse("admin:django_weft_workflowrun_change", args=[run.pk])
-    return format_html(
-        '<a href="{}">{} {}</a> {}', url, run.workflow_name, run.workflow_id, status_badge(run.status)
-    )
-
-
-def steps_rows(entries: list[runtime.HistoryEntry], *, reset_url: str | None = None) -> SafeString:
-    """The steps table's rows (built here rather than in a template loop: a page of 200
-    steps with ten cells each costs a template engine ten times as long). With
-    ``reset_url`` (the run's reset page), each row ends with its "Reset to here" link."""
-    rows = format_html_join(
-        "\n",
-        '<tr class="weft-step-row" data-seq="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
-        (
-            (
-                entry.seq,
-                entry.seq,
-                entry.kind,
-                entry.name,
-                entry.status,
-                entry.attempt,
-                moment(entry.started_at),
-                timeline.format_duration(entry.finished_at - entry.started_at)
-                if entry.finished_at is not None
-                else "not finished",
-                pretty_json(entry.args) if entry.args is not None else "",
-                pretty_json(entry.result) if entry.result is not None else "",
-                pretty_json(entry.error) if entry.error else "",
-                format_html(
-                    '<td><a href="{}?to_seq={}" class="weft-reset-link" title="A new run keeps the '
-                    'entries before #{} and runs this one again">Reset to here</a></td>',
-                    reset_url,
-                    entry.seq,
-                    entry.seq,
-                )
-                if reset_url
-                else "",
-            )
-            for entry in entries
-        ),
-    )
-    return rows
-
-
-# -- the signals, updates and timers tables ---------------------------------------------
-
-
-def short_json(value: Any) -> SafeString:
-    """A JSON value indented in a ``<pre>``, cut after :data:`JSON_SHOWN` characters (a
-    page of 50 payloads of up to ``WEFT_MAX_PAYLOAD_BYTES`` each would not be readable)."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    if len(text) > JSON_SHOWN:
-        text = f"{text[:JSON_SHOWN]}\n… ({len(text):,} characters in all)"
-    return format_html('<pre class="weft-json">{}</pre>', text)
-
-
-def signals_rows(signals: list[runtime.SignalRecord]) -> SafeString:
-    return format_html_join(
-        "\n",
-        '<tr class="weft-signal-row" data-sequence="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-        "<td>{}</td><td>{}</td></tr>",
-        (
-            (
-                signal.sequence,
-                signal.sequence,
-                signal.name,
-                signal.signal_id or "-",
-                moment(signal.received_at),
-                f"by step #{signal.consumed_seq}" if signal.consumed_seq is not None else "no, buffered",
-                short_json(signal.payload),
-            )
-            for signal in signals
-        ),
-    )
-
-
-def update_outcome(update: runtime.UpdateRecord) -> SafeString | str:
-    """What the run answered: the handler's result, its error, or that it has not yet."""
-    if update.status == UpdateStatus.COMPLETED:
-        return short_json(update.result)
-    if update.error:
-        kind, message = update.error.get("type"), update.error.get("message")
-        return format_html('<span class="weft-error">{}: {}</span>', kind or "error", message or "")
-    return "not applied yet"
-
-
-def updates_rows(updates: list[runtime.UpdateRecord]) -> SafeString:
-    return format_html_join(
-        "\n",
-        '<tr class="weft-update-row" data-update-id="{}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-        "<td>{}</td><td>{}</td><td>{}</td></tr>",
-        (
-            (
-                update.update_id,
-                update.update_id,
-                update.name,
-                update.status,
-                moment(update.received_at),
-                f"#{update.applied_seq}" if update.applied_seq is not None else "-",
-                short_json(update.payload),
-                update_outcome(update),
-            )
-            for update in updates
-        ),
-    )
-
-
-def timers_rows(timers: list[runtime.TimerRecord]) -> SafeString:
-    return format_html_join(
-        "\n",
-        '<tr class="weft-timer-row"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>',
-        (
-            (
-                Timer.Kind(timer.kind).label if timer.kind in Timer.Kind.values else timer.kind,
-                f"step #{timer.seq}" if timer.seq >= 0 else "the run",
-                moment(timer.fire_at),
-                moment(timer.fired_at) if timer.fired_at is not None else "not yet",
-            )
-            for timer in timers
-        ),
-    )
+__all__ = ["CHILDREN_SHOWN", "MESSAGES_SHOWN", "STEPS_PER_PAGE", "WorkflowRunAdmin"]

@@ -2,43 +2,33 @@
 **Start workflow** on the run list.
 
 Each tool is an admin page with a form. The views call the runtime as the REST API does,
-behind the API's permissions (:data:`TOOL_PERMISSIONS`), checked on every request, GET
+behind the API's permissions (the catalogue's, :data:`TOOL_OPERATIONS`), checked on every request, GET
 and POST alike. Bad input is an error on the form, never a server error, and then
 nothing is sent: the form checks what it can (JSON, sizes, control characters,
 durations), the runtime checks the rest and its errors are added to the form. Nothing here
 writes a run's rows; what was sent or started is recorded in Django's admin log
 (``LogEntry``), as the admin does for its own changes.
 
-The views are exempt from ``ATOMIC_REQUESTS``: the runtime commits what it stores before
-it waits for an update's result, and a wait must hold no transaction.
+The views are exempt from ``ATOMIC_REQUESTS`` (:func:`..common.tools.non_atomic_view`).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import AdminForm
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
-from django.db import transaction
-from django.db.models import Model
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.html import escape, format_html
-from django.utils.safestring import SafeString
-from django.views import View
 
-from .. import runtime
-from ..conf import weft_settings
-from ..engine.errors import (
+from ... import runtime
+from ...conf import weft_settings
+from ...engine.errors import (
     PayloadError,
     QueryFailed,
     UnknownHandler,
@@ -50,142 +40,56 @@ from ..engine.errors import (
     WorkflowNotFound,
     WorkflowNotRegistered,
 )
-from ..engine.records import RunStatus
-from ..models import Update, WorkflowRun
-from .forms import QueryForm, SignalForm, StartWorkflowForm, UpdateForm, as_sentence
+from ...engine.records import RunStatus
+from ...models import Update, WorkflowRun
+from ...runtime.operations import OPERATIONS
+from ..common.display import pretty_json
+from ..common.forms import as_sentence
+from ..common.tools import Outcome, ToolView, non_atomic_view
+from ..common.urls import url_name
+from .forms import QueryForm, SignalForm, StartWorkflowForm, UpdateForm
 
-TEMPLATE = "admin/django_weft/workflowrun/tool_form.html"
-
-TOOL_PERMISSIONS: dict[str, str] = {
-    "signal": "signal_workflowrun",
-    "update": "update_workflowrun",
-    "query": "view_workflowrun",
-    "start": "add_workflowrun",
-}
-"""The ``WorkflowRun`` permission each tool needs: the REST API's for the same call (a
-query only reads, so viewing runs is enough)."""
+TOOL_OPERATIONS = ("signal", "update", "query", "start")
+"""Each tool is the catalogue's operation of its name, behind that operation's permissions
+(the REST API's for the same call; a query only reads, so viewing runs is enough)."""
 
 
 def may(request: HttpRequest, tool: str) -> bool:
-    """Whether the request's user may use ``tool``: active staff with its permission."""
-    user = request.user
-    codename = TOOL_PERMISSIONS[tool]
-    return bool(
-        user.is_active and user.is_staff and user.has_perm(f"{WorkflowRun._meta.app_label}.{codename}")
-    )
+    """Whether the request's user may use ``tool``: active staff with its permissions."""
+    return OPERATIONS[tool].allowed(request.user)
 
 
 def tool_urls(model_admin: admin.ModelAdmin[WorkflowRun]) -> list[URLPattern]:
     """The tools' routes, to go before the admin's own (``<object_id>/`` would match them):
     ``start/``, ``<object_id>/signal/``, ``<object_id>/update/``, ``<object_id>/query/``,
     named ``admin:django_weft_workflowrun_<tool>``."""
-
-    def view(cls: type[ToolView]) -> Callable[..., HttpResponseBase]:
-        wrapped = model_admin.admin_site.admin_view(cls.as_view(model_admin=model_admin))
-        for alias in settings.DATABASES:
-            wrapped = transaction.non_atomic_requests(using=alias)(wrapped)
-        return wrapped
-
-    prefix = f"{WorkflowRun._meta.app_label}_{WorkflowRun._meta.model_name}"
     return [
-        path("start/", view(StartWorkflowView), name=f"{prefix}_start"),
-        path("<path:object_id>/signal/", view(SendSignalView), name=f"{prefix}_signal"),
-        path("<path:object_id>/update/", view(SendUpdateView), name=f"{prefix}_update"),
-        path("<path:object_id>/query/", view(RunQueryView), name=f"{prefix}_query"),
+        path("start/", non_atomic_view(model_admin, StartWorkflowView), name=url_name(WorkflowRun, "start")),
+        *(
+            path(
+                f"<path:object_id>/{view.tool}/",
+                non_atomic_view(model_admin, view),
+                name=url_name(WorkflowRun, view.tool),
+            )
+            for view in (SendSignalView, SendUpdateView, RunQueryView)
+        ),
     ]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a tool shows after it ran: a result, or a failure that is not the form's."""
+class WorkflowRunToolView(ToolView):
+    """A tool of the run admin, behind the permissions of its operation."""
 
-    title: str
-    summary: str
-    value: SafeString | None = None
-    failed: bool = False
+    def may_use(self, request: HttpRequest) -> bool:
+        return may(request, self.tool)
 
-
-def json_block(value: Any) -> SafeString:
-    """A JSON value indented in a ``<pre>`` (escaped), as the run's page shows JSON."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    return format_html('<pre class="weft-json">{}</pre>', text)
-
-
-class ToolView(View):
-    """A tool's page: permission, form, rendering. Subclasses say what is sent."""
-
-    model_admin: admin.ModelAdmin[Any] | None = None
-    tool: ClassVar[str]
-    title: ClassVar[str]
-    submit_label: ClassVar[str]
-    form_class: ClassVar[type[forms.Form]]
-    template_name: ClassVar[str] = TEMPLATE
-    back_label: ClassVar[str] = "Back to the run"
-    http_method_names = ["get", "head", "post"]
-
-    @property
-    def admin(self) -> admin.ModelAdmin[Any]:
-        assert self.model_admin is not None, "as_view(model_admin=...) sets it"
-        return self.model_admin
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if not may(request, self.tool):
-            raise PermissionDenied(f"You need the {TOOL_PERMISSIONS[self.tool]} permission for this.")
-        return super().dispatch(request, *args, **kwargs)
-
-    def render(
-        self,
-        request: HttpRequest,
-        form: forms.Form,
-        *,
-        obj: Model | None = None,
-        outcome: Outcome | None = None,
-        closed: str | None = None,
-        known_names: Sequence[str] = (),
-    ) -> TemplateResponse:
-        if known_names and "name" in form.fields:
-            form.fields["name"].widget.attrs["list"] = "weft-known-names"
-        opts = self.admin.opts
-        site = self.admin.admin_site
-        request.current_app = site.name
-        context = {
-            **site.each_context(request),
-            "opts": opts,
-            "app_label": opts.app_label,
-            "title": self.title,
-            "subtitle": str(obj) if obj is not None else None,
-            "original": obj,
-            # AdminForm renders any form as the admin's fieldsets (the stubs say ModelForm).
-            "adminform": AdminForm(
-                cast(Any, form), [(None, {"fields": list(form.fields)})], {}, model_admin=self.admin
-            ),
-            "media": self.admin.media + form.media,
-            "has_view_permission": self.admin.has_view_permission(request, obj),
-            "weft_tool": self.tool,
-            "weft_submit": self.submit_label,
-            "weft_outcome": outcome,
-            "weft_closed": closed,
-            "weft_known_names": list(known_names),
-            "weft_back_label": self.back_label,
-        }
-        return TemplateResponse(request, self.template_name, context)
-
-    def url(self, view: str, *args: Any) -> str:
-        """The URL of one of the model admin's views (``changelist``, ``change``...) on this site."""
-        site = self.admin.admin_site.name
-        opts = self.admin.opts
-        return reverse(f"admin:{opts.app_label}_{opts.model_name}_{view}", args=args, current_app=site)
-
-    @staticmethod
-    def add_error(form: forms.Form, exc: WeftError, field: str | None = None) -> None:
-        """The runtime's refusal on the form: on ``field``, or on the form as a whole."""
-        form.add_error(field if field in form.fields else None, as_sentence(exc.message))
+    def denied_message(self) -> str:
+        return f"You need the {' and '.join(OPERATIONS[self.tool].permissions)} permission for this."
 
 
 # -- the run's tools --------------------------------------------------------------------------
 
 
-class RunToolView(ToolView):
+class RunToolView(WorkflowRunToolView):
     """A tool for one run (``<object_id>/<tool>/``)."""
 
     takes_finished_runs: ClassVar[bool] = False
@@ -365,7 +269,7 @@ class SendUpdateView(RunToolView):
                 failed=True,
             )
         self.log(request, run, name, update_id, repeated)
-        return Outcome("Result", f"{what} was applied; the handler returned:", value=json_block(result))
+        return Outcome("Result", f"{what} was applied; the handler returned:", value=pretty_json(result))
 
     def log(self, request: HttpRequest, run: WorkflowRun, name: str, update_id: str, repeated: bool) -> None:
         if not repeated:
@@ -387,13 +291,13 @@ class RunQueryView(RunToolView):
             result = runtime.query(str(run.pk), name, data["args"])
         except QueryFailed as exc:
             return Outcome("The query failed", as_sentence(exc.message), failed=True)
-        return Outcome("Result", f"Query {name} answered:", value=json_block(result))
+        return Outcome("Result", f"Query {name} answered:", value=pretty_json(result))
 
 
 # -- Start workflow -----------------------------------------------------------------------------
 
 
-class StartWorkflowView(ToolView):
+class StartWorkflowView(WorkflowRunToolView):
     """``start/``: start a run of a registered workflow, then show it."""
 
     tool = "start"

@@ -25,8 +25,8 @@ from django.core.exceptions import ValidationError
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import runtime
-from ..engine.errors import (
+from ... import runtime
+from ...engine.errors import (
     ScheduleAlreadyExists,
     ScheduleManaged,
     ScheduleNotFound,
@@ -34,10 +34,11 @@ from ..engine.errors import (
     WorkflowArgumentsError,
     WorkflowNotRegistered,
 )
-from ..engine.schedule_spec import InvalidSchedule
-from ..models import Schedule
-from ..models.schedules import SCHEDULE_ID_MAX_LENGTH
-from .forms import DurationTextField, JSONTextField, TextField, as_sentence, workflow_choices
+from ...engine.schedule_spec import InvalidSchedule
+from ...models import Schedule
+from ...models.schedules import SCHEDULE_ID_MAX_LENGTH
+from ...runtime.operations import SCHEDULE_NOTE
+from ..common.forms import DurationTextField, JSONTextField, TextField, as_sentence, workflow_choices
 
 SPEC_FIELDS = ("cron", "every", "offset", "timezone", "start_at", "end_at", "jitter")
 """The form's fields that make the spec: a change to one sends them all, so the spec
@@ -101,7 +102,7 @@ class AwareDateTimeField(forms.SplitDateTimeField):
 def note_field() -> forms.CharField:
     return forms.CharField(
         required=False,
-        max_length=2000,
+        max_length=SCHEDULE_NOTE.max_length,
         widget=widgets.AdminTextareaWidget(attrs={"rows": 2, "cols": 60}),
         help_text="Why this schedule exists or was paused; shown on the list. Pausing replaces it.",
     )
@@ -316,7 +317,7 @@ class PauseForm(forms.Form):
 
     note = forms.CharField(
         required=False,
-        max_length=2000,
+        max_length=SCHEDULE_NOTE.max_length,
         strip=True,
         widget=forms.TextInput(attrs={"size": 60, "placeholder": "why these schedules are paused"}),
     )

@@ -1,7 +1,8 @@
 """Admin actions that ask for confirmation, for the rows ticked on the changelist or for
 **every row its filter and search match**, as the run and schedule actions work.
 
-What is shared (the actions themselves live in :mod:`.actions` and :mod:`.schedules`):
+What is shared (the confirmation page is :mod:`.confirmation`; the actions live in
+:mod:`..runs.actions` and :mod:`..schedules.actions`):
 
 - :class:`ConfirmedActionsAdmin`, a ``ModelAdmin`` that refuses with 403 a POST naming one
   of its guarded actions from a user it does not offer that action to, and dispatches the
