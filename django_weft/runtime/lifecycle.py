@@ -24,7 +24,7 @@ from ..engine.registry import registry
 from ..engine.reset import ResetOutcome, check_cut, replay_kept
 from ..models import WorkflowRun
 from .dispatch import delivers, get_dispatcher
-from .process import _dispatch_on_commit, get_engine, get_store
+from .process import dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .worker import dispatch_finalizer
 
@@ -89,7 +89,7 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None, *, mode: str = "term
     def transition(run: WorkflowRun) -> None:
         closed = store.cancel(run.pk, reason)
         if closed.woken_parent:
-            _dispatch_on_commit(closed.woken_parent)
+            dispatch_on_commit(closed.woken_parent)
         if closed.finalizer:
             transaction.on_commit(lambda: dispatch_finalizer(str(run.pk), 1), using=store.alias)
 
@@ -107,7 +107,7 @@ def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
     def transition(run: WorkflowRun) -> None:
         requested = store.request_cancel(run.pk, reason, dispatched=delivers(get_dispatcher()))
         if requested.woken:
-            _dispatch_on_commit(str(run.pk))
+            dispatch_on_commit(str(run.pk))
         outcome[:] = [requested]
 
     run = _on_live_run(ref, transition)
@@ -124,7 +124,7 @@ def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
 def _close_children(run_id: str, reason: str) -> None:
     for child in get_store().close_children(run_id, reason):
         logger.info("run %s: parent-close policy applied, its parent run %s was cancelled", child, run_id)
-        _dispatch_on_commit(child)
+        dispatch_on_commit(child)
 
 
 def suspend(ref: str | uuid.UUID) -> str:
@@ -146,7 +146,7 @@ def resume(ref: str | uuid.UUID) -> str:
 
     def transition(run: WorkflowRun) -> None:
         store.resume(run.pk, dispatched=delivers(get_dispatcher()))
-        _dispatch_on_commit(str(run.pk))
+        dispatch_on_commit(str(run.pk))
 
     run = _on_live_run(ref, transition)
     logger.info("run %s (%s %s): resumed", run.pk, run.workflow_name, run.workflow_id)
@@ -163,7 +163,7 @@ def retry(ref: str | uuid.UUID) -> str:
     store = get_store()
     with transaction.atomic(using=store.alias):
         outcome = store.reactivate(run.pk, dispatched=delivers(get_dispatcher()))
-        _dispatch_on_commit(str(run.pk))
+        dispatch_on_commit(str(run.pk))
     removed = outcome.removed_from
     logger.info("run %s (%s %s): retried%s", run.pk, run.workflow_name, run.workflow_id,
                 f" from position {removed}" if removed is not None else "")  # fmt: skip

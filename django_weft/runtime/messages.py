@@ -42,7 +42,7 @@ from ..engine.records import (
 from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
 from .dispatch import delivers, get_dispatcher
-from .process import _dispatch_on_commit, get_engine, get_store
+from .process import dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .validation import validate_payload
 
@@ -116,7 +116,7 @@ def signal(
             run.pk, name, value, key, dispatched=delivers(get_dispatcher())
         )
         if woken:
-            _dispatch_on_commit(str(run.pk))
+            dispatch_on_commit(str(run.pk))
     if not duplicate:
         logger.info(
             "run %s: signal %s received (#%s)%s", run.pk, name, stored.pk, " and woke it" if woken else ""
@@ -236,7 +236,7 @@ def update(
                 run.pk, key, name, value, dispatched=delivers(get_dispatcher()), validated=entry is not None
             )
             if woken:
-                _dispatch_on_commit(str(run.pk))
+                dispatch_on_commit(str(run.pk))
         if created:
             logger.info("run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "")
     if existing.name != name:

@@ -28,7 +28,7 @@ from ..models.runs import WORKFLOW_ID_MAX_LENGTH
 from ..store import DjangoStore
 from .dispatch import delivers, get_dispatcher
 from .messages import SignalAccepted, _accepted, _encode_payload, _message_key, _message_name
-from .process import _dispatch_on_commit, get_store
+from .process import dispatch_on_commit, get_store
 from .records import RunRecord
 
 logger = logging.getLogger("django_weft.runtime")
@@ -184,7 +184,7 @@ def start_with(
         # Nothing to look up, nothing to compute from the database clock: one INSERT in
         # autocommit (the run's new id cannot conflict), then the doorbell.
         inserted = store.insert_runnable_run(run_id, spec.fields, dispatched=delivers(get_dispatcher()))
-        _dispatch_on_commit(str(run_id))
+        dispatch_on_commit(str(run_id))
         store.announce_run_started(run_id, str(run_id), spec.definition.name)
         logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
         # ready_at is the database's now() expression here; the record does not show it.
@@ -233,7 +233,7 @@ def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> Work
         delay=spec.delay,
         dispatched=delivers(get_dispatcher()),
     )
-    _dispatch_on_commit(str(run.pk), eta=starts_at)
+    dispatch_on_commit(str(run.pk), eta=starts_at)
     store.announce_run_started(run.pk, run.workflow_id, run.workflow_name)
     return run
 
@@ -329,5 +329,5 @@ def _signal_or_start(
         run = _create_run(store, spec, uuid.uuid4())
         stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
     if woken:
-        _dispatch_on_commit(str(run.pk))
+        dispatch_on_commit(str(run.pk))
     return SignalWithStartResult(str(run.pk), run.workflow_id, created, _accepted(stored, duplicate))
