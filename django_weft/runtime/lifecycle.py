@@ -87,7 +87,7 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None, *, mode: str = "term
     store = get_store()
 
     def transition(run: WorkflowRun) -> None:
-        closed = store.cancel(run.pk, reason)
+        closed = store.transitions.cancel(run.pk, reason)
         if closed.woken_parent:
             dispatch_on_commit(closed.woken_parent)
         if closed.finalizer:
@@ -105,7 +105,7 @@ def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
     outcome: list[Any] = []
 
     def transition(run: WorkflowRun) -> None:
-        requested = store.request_cancel(run.pk, reason, dispatched=delivers(get_dispatcher()))
+        requested = store.transitions.request_cancel(run.pk, reason, dispatched=delivers(get_dispatcher()))
         if requested.woken:
             dispatch_on_commit(str(run.pk))
         outcome[:] = [requested]
@@ -122,7 +122,7 @@ def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
 
 
 def _close_children(run_id: str, reason: str) -> None:
-    for child in get_store().close_children(run_id, reason):
+    for child in get_store().turns.close_children(run_id, reason):
         logger.info("run %s: parent-close policy applied, its parent run %s was cancelled", child, run_id)
         dispatch_on_commit(child)
 
@@ -133,7 +133,7 @@ def suspend(ref: str | uuid.UUID) -> str:
     are kept; timers that come due meanwhile are collected and re-armed by the resume.
     Raises ``InvalidTransition`` for other states (``WorkflowTerminalError`` if finished)."""
     store = get_store()
-    run = _on_live_run(ref, lambda run: store.suspend(run.pk))
+    run = _on_live_run(ref, lambda run: store.transitions.suspend(run.pk))
     logger.info("run %s (%s %s): suspended", run.pk, run.workflow_name, run.workflow_id)
     return RunStatus.SUSPENDED
 
@@ -145,7 +145,7 @@ def resume(ref: str | uuid.UUID) -> str:
     store = get_store()
 
     def transition(run: WorkflowRun) -> None:
-        store.resume(run.pk, dispatched=delivers(get_dispatcher()))
+        store.transitions.resume(run.pk, dispatched=delivers(get_dispatcher()))
         dispatch_on_commit(str(run.pk))
 
     run = _on_live_run(ref, transition)
@@ -162,7 +162,7 @@ def retry(ref: str | uuid.UUID) -> str:
     run = get_run(ref)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        outcome = store.reactivate(run.pk, dispatched=delivers(get_dispatcher()))
+        outcome = store.transitions.reactivate(run.pk, dispatched=delivers(get_dispatcher()))
         dispatch_on_commit(str(run.pk))
     removed = outcome.removed_from
     logger.info("run %s (%s %s): retried%s", run.pk, run.workflow_name, run.workflow_id,
@@ -212,7 +212,7 @@ def reset(
     definition.check_arguments(new_args, new_kwargs)
     store = get_store()
     label = f"run {run.pk} ({run.workflow_name} {run.workflow_id})"
-    history = store.load_steps(str(run.pk))
+    history = store.sql.load_steps(str(run.pk))
     check_cut(history, to_seq, label=label)
     kept = {seq: history[seq] for seq in range(to_seq)}
     replay_kept(
@@ -236,7 +236,7 @@ def reset(
     )
     dispatcher = get_dispatcher()
     with transaction.atomic(using=store.alias):
-        outcome = store.reset(
+        outcome = store.resets.reset(
             run.pk,
             to_seq,
             kept=kept,

@@ -112,7 +112,7 @@ def signal(
     run = get_run(ref)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        stored, duplicate, woken = store.deliver_signal(
+        stored, duplicate, woken = store.intake.deliver_signal(
             run.pk, name, value, key, dispatched=delivers(get_dispatcher())
         )
         if woken:
@@ -137,7 +137,7 @@ def _replay(run: WorkflowRun) -> WorkflowContext:
         attempt=run.attempt,
         created_at=run.created_at,
         db_now=store.db_now(),
-        steps=store.load_steps(str(run.pk)),
+        steps=store.sql.load_steps(str(run.pk)),
         search_attributes=dict(run.search_attributes or {}),
     )
     return get_engine().replay_read_only(claimed)
@@ -232,7 +232,7 @@ def update(
         # it blocks next.
         store = get_store()
         with transaction.atomic(using=store.alias):
-            existing, created, woken = store.accept_update(
+            existing, created, woken = store.intake.accept_update(
                 run.pk, key, name, value, dispatched=delivers(get_dispatcher()), validated=entry is not None
             )
             if woken:

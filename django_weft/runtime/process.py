@@ -32,6 +32,7 @@ _engine_pid = 0
 
 
 def get_store() -> DjangoStore:
+    """The store, its areas as attributes (``get_store().turns``, ``.schedules``, ...)."""
     return DjangoStore()
 
 
@@ -40,7 +41,7 @@ def get_engine() -> Engine:
     global _engine, _engine_pid
     with _engine_lock:
         if _engine is None or _engine_pid != os.getpid():
-            _engine = Engine(get_store(), CurrentDispatcher(), weft_settings.engine_config)
+            _engine = Engine(get_store().turns, CurrentDispatcher(), weft_settings.engine_config)
             _engine_pid = os.getpid()
         return _engine
 

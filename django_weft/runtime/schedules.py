@@ -199,7 +199,7 @@ def create_schedule(
     note = _check_note(note)
     store = get_store()
     now = store.db_now()
-    schedule = store.insert_schedule(
+    schedule = store.schedules.insert_schedule(
         {
             "id": schedule_id,
             **run_fields,
@@ -233,7 +233,7 @@ def update_schedule(schedule_id: str, *, refuse_managed: bool = False, **changes
         raise InvalidSchedule(f"update_schedule() got unknown option(s): {', '.join(unknown)}")
     store = get_store()
     with transaction.atomic(using=store.alias):
-        schedule = store.lock_schedule(_check_id(schedule_id))
+        schedule = store.schedules.lock_schedule(_check_id(schedule_id))
         declared = sorted(set(changes) - OPERATOR_OPTIONS)
         if refuse_managed and schedule.managed and declared:
             remedy = f"change its {', '.join(declared)} there and run manage.py weft_schedules sync"
@@ -276,7 +276,7 @@ def update_schedule(schedule_id: str, *, refuse_managed: bool = False, **changes
         for name, value in fields.items():
             setattr(schedule, name, value)
         if fields:
-            store.save_schedule(schedule, list(fields))
+            store.schedules.save_schedule(schedule, list(fields))
     logger.info("schedule %s: updated (%s)", schedule_id, ", ".join(sorted(changes)) or "nothing")
     return schedule
 
@@ -287,9 +287,9 @@ def pause_schedule(schedule_id: str, note: str = "") -> Schedule:
     note = _check_note(note)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        schedule = store.lock_schedule(_check_id(schedule_id))
+        schedule = store.schedules.lock_schedule(_check_id(schedule_id))
         schedule.paused, schedule.note = True, note
-        store.save_schedule(schedule, ["paused", "note"])
+        store.schedules.save_schedule(schedule, ["paused", "note"])
     logger.info("schedule %s: paused%s", schedule_id, f" ({note})" if note else "")
     return schedule
 
@@ -299,10 +299,10 @@ def unpause_schedule(schedule_id: str, note: str = "") -> Schedule:
     note = _check_note(note)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        schedule = store.lock_schedule(_check_id(schedule_id))
+        schedule = store.schedules.lock_schedule(_check_id(schedule_id))
         schedule.paused, schedule.note = False, note
         schedule.next_fire_at = spec_of(schedule).next_after(store.db_now())
-        store.save_schedule(schedule, ["paused", "note", "next_fire_at"])
+        store.schedules.save_schedule(schedule, ["paused", "note", "next_fire_at"])
     logger.info("schedule %s: unpaused", schedule_id)
     return schedule
 
@@ -313,11 +313,11 @@ def delete_schedule(schedule_id: str, *, refuse_managed: bool = False) -> None:
     ``weft_schedules sync`` would create it again."""
     store = get_store()
     with transaction.atomic(using=store.alias):
-        schedule = store.lock_schedule(_check_id(schedule_id))
+        schedule = store.schedules.lock_schedule(_check_id(schedule_id))
         if refuse_managed and schedule.managed:
             remedy = "remove its declaration and run manage.py weft_schedules sync --prune"
             raise _managed(schedule, remedy, [])
-        store.delete_schedule(schedule.pk)
+        store.schedules.delete_schedule(schedule.pk)
     logger.info("schedule %s: deleted", schedule_id)
 
 
@@ -336,11 +336,11 @@ def trigger_schedule(schedule_id: str, *, overlap: str | None = None) -> dict[st
     policy = _check_overlap(overlap) if overlap is not None else None
     store = get_store()
     with transaction.atomic(using=store.alias):
-        schedule = store.lock_schedule(_check_id(schedule_id))
+        schedule = store.schedules.lock_schedule(_check_id(schedule_id))
         now = store.db_now()
         moment = now.replace(microsecond=0)
         actions = _fire(schedule, [moment], now, policy=policy, source="trigger")
-        store.save_schedule(schedule, _STATE_FIELDS)
+        store.schedules.save_schedule(schedule, _STATE_FIELDS)
     return actions[0]
 
 
@@ -359,7 +359,7 @@ def backfill_schedule(
     policy = _check_overlap(overlap)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        schedule = store.lock_schedule(_check_id(schedule_id))
+        schedule = store.schedules.lock_schedule(_check_id(schedule_id))
         for moment, what in ((start, "start"), (end, "end")):
             if not isinstance(moment, datetime) or moment.tzinfo is None:
                 raise InvalidSchedule(
@@ -372,7 +372,7 @@ def backfill_schedule(
             )
         times = list(_limited(spec_of(schedule).between(start, end), limit))
         actions = _fire(schedule, times, store.db_now(), policy=policy, source="backfill")
-        store.save_schedule(schedule, _STATE_FIELDS)
+        store.schedules.save_schedule(schedule, _STATE_FIELDS)
     return actions
 
 
@@ -423,7 +423,7 @@ class ScheduleDescription:
 def describe_schedule(schedule_id: str, *, next_count: int = 5) -> ScheduleDescription:
     """The schedule's next fire times, its recent actions (with each run's current
     status as ``run_status`` where it started one) and its counters."""
-    schedule = get_store().read_schedule(_check_id(schedule_id))
+    schedule = get_store().schedules.read_schedule(_check_id(schedule_id))
     return describe_schedules([schedule], next_count=next_count)[0]
 
 
@@ -431,7 +431,7 @@ def describe_schedules(schedules: Sequence[Schedule], *, next_count: int = 5) ->
     """:func:`describe_schedule` of rows already read (a page of a listing), with one
     query for the statuses of all their recent runs."""
     run_ids = [a["run_id"] for schedule in schedules for a in schedule.recent_actions if a.get("run_id")]
-    statuses = get_store().run_statuses(run_ids)
+    statuses = get_store().schedules.run_statuses(run_ids)
     return [_description(schedule, statuses, next_count) for schedule in schedules]
 
 
@@ -491,16 +491,16 @@ def fire_due_schedules(batch: int) -> int:
     is locked (``SKIP LOCKED``) by one of them."""
     store = get_store()
     handled = 0
-    any_due, any_buffered = store.schedule_work_pending()
+    any_due, any_buffered = store.schedules.schedule_work_pending()
     while any_due:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
-            due = store.claim_due_schedules(now, batch)
+            due = store.schedules.claim_due_schedules(now, batch)
             for schedule in due:
                 _tick_schedule(schedule, now)
                 # Its runs are started (in this transaction); the schedule has not moved on.
                 faults.hit("schedule_before_advance", schedule_id=schedule.pk)
-            store.save_schedules(due, _STATE_FIELDS)
+            store.schedules.save_schedules(due, _STATE_FIELDS)
         handled += len(due)
         if len(due) < batch:
             break
@@ -508,10 +508,10 @@ def fire_due_schedules(batch: int) -> int:
     while any_buffered:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
-            buffered = store.claim_buffered_schedules(after, batch)
+            buffered = store.schedules.claim_buffered_schedules(after, batch)
             for schedule in buffered:
                 if _start_buffered(schedule, now):
-                    store.save_schedule(schedule, _STATE_FIELDS)
+                    store.schedules.save_schedule(schedule, _STATE_FIELDS)
                     handled += 1
         if len(buffered) < batch:
             break
@@ -610,7 +610,7 @@ def _open_run(schedule: Schedule) -> str | None:
     """The schedule's latest run if it is still open."""
     if not schedule.latest_workflow_id:
         return None
-    found = get_store().latest_run_of(schedule.latest_workflow_id)
+    found = get_store().schedules.latest_run_of(schedule.latest_workflow_id)
     if found is None or found[1] in TERMINAL_STATUSES:
         return None
     return found[0]
@@ -690,7 +690,7 @@ def sync_schedules(*, prune: bool = False, dry_run: bool = False) -> SyncReport:
     store = get_store()
     with transaction.atomic(using=store.alias):
         now = store.db_now()
-        existing = {s.pk: s for s in store.lock_schedules(list(wanted))}
+        existing = {s.pk: s for s in store.schedules.lock_schedules(list(wanted))}
         for schedule_id, fields in wanted.items():
             current = existing.get(schedule_id)
             if current is None:
@@ -698,7 +698,7 @@ def sync_schedules(*, prune: bool = False, dry_run: bool = False) -> SyncReport:
                 if not dry_run:
                     spec = ScheduleSpec(**{key: fields[name] for key, name in _SPEC_ARGUMENTS})
                     note = str(declared[schedule_id][1].options.get("note") or "")  # then the operators'
-                    store.insert_schedule(
+                    store.schedules.insert_schedule(
                         {"id": schedule_id, **fields, "note": note, "next_fire_at": spec.next_after(now)}
                     )
                 continue
@@ -717,12 +717,12 @@ def sync_schedules(*, prune: bool = False, dry_run: bool = False) -> SyncReport:
             if set(changed) & set(_SPEC_FIELDS) and not current.paused:
                 current.next_fire_at = spec_of(current).next_after(now)
                 changed.append("next_fire_at")
-            store.save_schedule(current, changed)
+            store.schedules.save_schedule(current, changed)
         if prune:
-            for schedule_id in store.managed_schedule_ids(exclude=list(wanted)):
+            for schedule_id in store.schedules.managed_schedule_ids(exclude=list(wanted)):
                 report.deleted.append(schedule_id)
                 if not dry_run:
-                    store.delete_schedule(schedule_id)
+                    store.schedules.delete_schedule(schedule_id)
     return report
 
 
@@ -734,4 +734,4 @@ _SPEC_ARGUMENTS = (
 
 def list_schedules() -> list[Schedule]:
     """Every schedule, by id."""
-    return list(get_store().all_schedules())
+    return list(get_store().schedules.all_schedules())

@@ -183,9 +183,11 @@ def start_with(
     if spec.workflow_id is None and spec.delay is None and spec.timeout is None:
         # Nothing to look up, nothing to compute from the database clock: one INSERT in
         # autocommit (the run's new id cannot conflict), then the doorbell.
-        inserted = store.insert_runnable_run(run_id, spec.fields, dispatched=delivers(get_dispatcher()))
+        inserted = store.intake.insert_runnable_run(
+            run_id, spec.fields, dispatched=delivers(get_dispatcher())
+        )
         dispatch_on_commit(str(run_id))
-        store.announce_run_started(run_id, str(run_id), spec.definition.name)
+        store.intake.announce_run_started(run_id, str(run_id), spec.definition.name)
         logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
         # ready_at is the database's now() expression here; the record does not show it.
         record = dataclasses.replace(RunRecord.of(inserted), ready_at=None)
@@ -225,7 +227,7 @@ def _atomic_retrying_id_conflicts(store: DjangoStore, body: Callable[[], _T], *,
 def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> WorkflowRun:
     """Have the store insert the run (and its timers); ring its doorbell on commit. Runs
     inside the caller's transaction."""
-    run, starts_at = store.create_run(
+    run, starts_at = store.intake.create_run(
         run_id,
         spec.workflow_id,
         spec.fields,
@@ -234,7 +236,7 @@ def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> Work
         dispatched=delivers(get_dispatcher()),
     )
     dispatch_on_commit(str(run.pk), eta=starts_at)
-    store.announce_run_started(run.pk, run.workflow_id, run.workflow_name)
+    store.intake.announce_run_started(run.pk, run.workflow_id, run.workflow_name)
     return run
 
 
@@ -242,7 +244,7 @@ def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) 
     """The run a start by ``workflow_id`` returns instead of creating one, or ``None`` to
     create one (``on_conflict`` decides); raises ``WorkflowAlreadyExists`` for ``fail``.
     Serialised with other starts by that id (the store's advisory lock)."""
-    latest = store.latest_run_locked(workflow_id)
+    latest = store.intake.latest_run_locked(workflow_id)
     if latest is None:
         return None
     if on_conflict == "fail":
@@ -319,7 +321,9 @@ def _signal_or_start(
     run = _existing_for_start(store, workflow_id, spec.on_conflict)
     if run is not None:
         try:
-            stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+            stored, duplicate, woken = store.intake.deliver_signal(
+                run.pk, name, value, key, dispatched=dispatched
+            )
         except WorkflowTerminalError:
             # It finished between the look-up and deliver_signal's row lock; nothing was
             # written, so a new run takes its place.
@@ -327,7 +331,9 @@ def _signal_or_start(
     created = run is None
     if run is None:
         run = _create_run(store, spec, uuid.uuid4())
-        stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+        stored, duplicate, woken = store.intake.deliver_signal(
+            run.pk, name, value, key, dispatched=dispatched
+        )
     if woken:
         dispatch_on_commit(str(run.pk))
     return SignalWithStartResult(str(run.pk), run.workflow_id, created, _accepted(stored, duplicate))

@@ -19,7 +19,7 @@ from ..store import DjangoStore
 
 def make_engine(engine_id: str | None = None) -> Engine:
     """A fresh engine with its own identity (two of them act like two worker processes)."""
-    return Engine(DjangoStore(), CurrentDispatcher(), weft_settings.engine_config, engine_id=engine_id)
+    return Engine(DjangoStore().turns, CurrentDispatcher(), weft_settings.engine_config, engine_id=engine_id)
 
 
 def run_queued_activities(run_id: str) -> int:
