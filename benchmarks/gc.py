@@ -257,7 +257,7 @@ def explain(options: argparse.Namespace) -> None:
     store = get_store()
     scan = RetentionScan(retention_ranges(store.db_now())[0])
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
-        store._due_page(scan, options.batch, lock=False)
+        store.retention._due_page(scan, options.batch, lock=False)
     with connection.cursor() as cursor:
         (page,) = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + page)

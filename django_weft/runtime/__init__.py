@@ -33,7 +33,7 @@ from .histories import (
 from .inprocess import InProcessWorker
 from .lifecycle import ResetOutcome, cancel, reset, resume, retry, suspend
 from .messages import SignalAccepted, query, signal, update, update_result
-from .process import _CurrentDispatcher, _dispatch_on_commit, get_engine, get_store
+from .process import CurrentDispatcher, dispatch_on_commit, get_engine, get_store
 from .reading import (
     FinishedPerMinute,
     Latest,
@@ -94,6 +94,7 @@ __all__ = [
     "BulkJobRecord",
     "BulkOutcome",
     "BulkRun",
+    "CurrentDispatcher",
     "FinishedPerMinute",
     "GcBatch",
     "GcReport",
@@ -118,8 +119,6 @@ __all__ = [
     "TickReport",
     "TimerRecord",
     "UpdateRecord",
-    "_CurrentDispatcher",
-    "_dispatch_on_commit",
     "apply_bulk",
     "apply_schedule_bulk",
     "backfill_schedule",
@@ -133,6 +132,7 @@ __all__ = [
     "describe_schedule",
     "describe_schedules",
     "dispatch_finalizer",
+    "dispatch_on_commit",
     "export_history",
     "finished_per_minute",
     "fire_due_schedules",

@@ -189,7 +189,7 @@ def start_bulk_job(
     fields = {field.attname: getattr(job, field.attname) for field in BulkJob._meta.concrete_fields}
     for automatic in ("created_at", "updated_at"):
         fields.pop(automatic)
-    created = store.insert_bulk_job(fields)
+    created = store.bulk_jobs.insert_bulk_job(fields)
     logger.info(
         "bulk job %s: %s of %d runs matching %s, by %s",
         created.pk,
@@ -212,7 +212,7 @@ def _checked_json(value: Any, what: str) -> Any:
 
 def get_bulk_job(job_id: str | uuid.UUID) -> BulkJobRecord:
     """The job and its progress; ``BulkJobNotFound`` if there is no such job."""
-    return _record(get_store().read_bulk_job(job_id))
+    return _record(get_store().bulk_jobs.read_bulk_job(job_id))
 
 
 def process_bulk_jobs(batch: int | None = None) -> int:
@@ -228,9 +228,9 @@ def process_bulk_jobs(batch: int | None = None) -> int:
     job to the next tick once the lease expires. Call it outside a transaction."""
     size = batch or weft_settings.TICK_BATCH
     store = get_store()
-    if not store.bulk_jobs_open():
+    if not store.bulk_jobs.bulk_jobs_open():
         return 0
-    job = store.claim_bulk_job(LEASE)
+    job = store.bulk_jobs.claim_bulk_job(LEASE)
     if job is None:
         return 0
     try:
@@ -245,9 +245,9 @@ def process_bulk_jobs(batch: int | None = None) -> int:
     except Exception as exc:
         error = exc.message if isinstance(exc, WeftError) else f"{type(exc).__name__}: {exc}"
         logger.exception("bulk job %s: cannot go on (its runs cannot be read); the job fails", job.pk)
-        store.fail_bulk_job(job.pk, job.epoch, error)
+        store.bulk_jobs.fail_bulk_job(job.pk, job.epoch, error)
         return 0
-    recorded = store.record_bulk_batch(
+    recorded = store.bulk_jobs.record_bulk_batch(
         job.pk,
         job.epoch,
         done=len(outcome.changed),

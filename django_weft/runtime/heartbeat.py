@@ -78,7 +78,7 @@ def tell_cancellations() -> int:
     if not probes:
         return 0
     told = 0
-    for key, why in get_store().cancellations_requested(list(probes)).items():
+    for key, why in get_store().attempts.cancellations_requested(list(probes)).items():
         for probe in probes.get(key, []):
             probe.why = why
             told += 1
@@ -112,7 +112,7 @@ class Heartbeat:
         held = bool(self.engine.held())
         attempts = running_attempts()
         if attempts:
-            get_store().renew_activities(attempts, weft_settings.LEASE_TTL)
+            get_store().attempts.renew_activities(attempts, weft_settings.LEASE_TTL)
             tell_cancellations()
         elif not held:
             # Idle: do not keep a database connection open between bursts of work.

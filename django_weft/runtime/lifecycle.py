@@ -25,7 +25,7 @@ from ..engine.reset import ResetOutcome, check_cut, replay_kept
 from ..models import WorkflowRun
 from .dispatch import delivers, get_dispatcher
 from .operations import OPERATIONS, RESET_REASON
-from .process import _dispatch_on_commit, get_engine, get_store
+from .process import dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .worker import dispatch_finalizer
 
@@ -88,9 +88,9 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None, *, mode: str = "term
     store = get_store()
 
     def transition(run: WorkflowRun) -> None:
-        closed = store.cancel(run.pk, reason)
+        closed = store.transitions.cancel(run.pk, reason)
         if closed.woken_parent:
-            _dispatch_on_commit(closed.woken_parent)
+            dispatch_on_commit(closed.woken_parent)
         if closed.finalizer:
             transaction.on_commit(lambda: dispatch_finalizer(str(run.pk), 1), using=store.alias)
 
@@ -106,9 +106,9 @@ def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
     outcome: list[Any] = []
 
     def transition(run: WorkflowRun) -> None:
-        requested = store.request_cancel(run.pk, reason, dispatched=delivers(get_dispatcher()))
+        requested = store.transitions.request_cancel(run.pk, reason, dispatched=delivers(get_dispatcher()))
         if requested.woken:
-            _dispatch_on_commit(str(run.pk))
+            dispatch_on_commit(str(run.pk))
         outcome[:] = [requested]
 
     run = _on_live_run(ref, transition)
@@ -123,9 +123,9 @@ def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
 
 
 def _close_children(run_id: str, reason: str) -> None:
-    for child in get_store().close_children(run_id, reason):
+    for child in get_store().turns.close_children(run_id, reason):
         logger.info("run %s: parent-close policy applied, its parent run %s was cancelled", child, run_id)
-        _dispatch_on_commit(child)
+        dispatch_on_commit(child)
 
 
 def suspend(ref: str | uuid.UUID) -> str:
@@ -134,7 +134,7 @@ def suspend(ref: str | uuid.UUID) -> str:
     are kept; timers that come due meanwhile are collected and re-armed by the resume.
     Raises ``InvalidTransition`` for other states (``WorkflowTerminalError`` if finished)."""
     store = get_store()
-    run = _on_live_run(ref, lambda run: store.suspend(run.pk))
+    run = _on_live_run(ref, lambda run: store.transitions.suspend(run.pk))
     logger.info("run %s (%s %s): suspended", run.pk, run.workflow_name, run.workflow_id)
     return RunStatus.SUSPENDED
 
@@ -146,8 +146,8 @@ def resume(ref: str | uuid.UUID) -> str:
     store = get_store()
 
     def transition(run: WorkflowRun) -> None:
-        store.resume(run.pk, dispatched=delivers(get_dispatcher()))
-        _dispatch_on_commit(str(run.pk))
+        store.transitions.resume(run.pk, dispatched=delivers(get_dispatcher()))
+        dispatch_on_commit(str(run.pk))
 
     run = _on_live_run(ref, transition)
     logger.info("run %s (%s %s): resumed", run.pk, run.workflow_name, run.workflow_id)
@@ -163,8 +163,8 @@ def retry(ref: str | uuid.UUID) -> str:
     run = get_run(ref)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        outcome = store.reactivate(run.pk, dispatched=delivers(get_dispatcher()))
-        _dispatch_on_commit(str(run.pk))
+        outcome = store.transitions.reactivate(run.pk, dispatched=delivers(get_dispatcher()))
+        dispatch_on_commit(str(run.pk))
     removed = outcome.removed_from
     logger.info("run %s (%s %s): retried%s", run.pk, run.workflow_name, run.workflow_id,
                 f" from position {removed}" if removed is not None else "")  # fmt: skip
@@ -203,7 +203,7 @@ def reset(
     definition.check_arguments(new_args, new_kwargs)
     store = get_store()
     label = f"run {run.pk} ({run.workflow_name} {run.workflow_id})"
-    history = store.load_steps(str(run.pk))
+    history = store.sql.load_steps(str(run.pk))
     check_cut(history, to_seq, label=label)
     kept = {seq: history[seq] for seq in range(to_seq)}
     replay_kept(
@@ -227,7 +227,7 @@ def reset(
     )
     dispatcher = get_dispatcher()
     with transaction.atomic(using=store.alias):
-        outcome = store.reset(
+        outcome = store.resets.reset(
             run.pk,
             to_seq,
             kept=kept,

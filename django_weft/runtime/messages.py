@@ -43,7 +43,7 @@ from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
 from .dispatch import delivers, get_dispatcher
 from .operations import OPERATIONS, UPDATE_WAIT_DEFAULT, WaitRule
-from .process import _dispatch_on_commit, get_engine, get_store
+from .process import dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .validation import validate_payload
 
@@ -113,11 +113,11 @@ def signal(
     run = get_run(ref)
     store = get_store()
     with transaction.atomic(using=store.alias):
-        stored, duplicate, woken = store.deliver_signal(
+        stored, duplicate, woken = store.intake.deliver_signal(
             run.pk, name, value, key, dispatched=delivers(get_dispatcher())
         )
         if woken:
-            _dispatch_on_commit(str(run.pk))
+            dispatch_on_commit(str(run.pk))
     if not duplicate:
         logger.info(
             "run %s: signal %s received (#%s)%s", run.pk, name, stored.pk, " and woke it" if woken else ""
@@ -138,7 +138,7 @@ def _replay(run: WorkflowRun) -> WorkflowContext:
         attempt=run.attempt,
         created_at=run.created_at,
         db_now=store.db_now(),
-        steps=store.load_steps(str(run.pk)),
+        steps=store.sql.load_steps(str(run.pk)),
         search_attributes=dict(run.search_attributes or {}),
     )
     return get_engine().replay_read_only(claimed)
@@ -236,11 +236,11 @@ def update(
         # it blocks next.
         store = get_store()
         with transaction.atomic(using=store.alias):
-            existing, created, woken = store.accept_update(
+            existing, created, woken = store.intake.accept_update(
                 run.pk, key, name, value, dispatched=delivers(get_dispatcher()), validated=entry is not None
             )
             if woken:
-                _dispatch_on_commit(str(run.pk))
+                dispatch_on_commit(str(run.pk))
         if created:
             logger.info("run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "")
     if existing.name != name:

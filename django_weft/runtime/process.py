@@ -14,7 +14,7 @@ from ..store import DjangoStore
 from .dispatch import delivers, get_dispatcher
 
 
-class _CurrentDispatcher:
+class CurrentDispatcher:
     """Resolves the dispatcher at each call, so settings and overrides apply live."""
 
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
@@ -32,6 +32,7 @@ _engine_pid = 0
 
 
 def get_store() -> DjangoStore:
+    """The store, its areas as attributes (``get_store().turns``, ``.schedules``, ...)."""
     return DjangoStore()
 
 
@@ -40,12 +41,14 @@ def get_engine() -> Engine:
     global _engine, _engine_pid
     with _engine_lock:
         if _engine is None or _engine_pid != os.getpid():
-            _engine = Engine(get_store(), _CurrentDispatcher(), weft_settings.engine_config)
+            _engine = Engine(get_store().turns, CurrentDispatcher(), weft_settings.engine_config)
             _engine_pid = os.getpid()
         return _engine
 
 
-def _dispatch_on_commit(run_id: str, *, eta: datetime | None = None) -> None:
+def dispatch_on_commit(run_id: str, *, eta: datetime | None = None) -> None:
+    """Ring the run's doorbell once the current transaction commits (if the configured
+    dispatcher delivers anything; the sweep finds the run otherwise)."""
     dispatcher = get_dispatcher()
     if delivers(dispatcher):
         alias = weft_settings.DATABASE_ALIAS

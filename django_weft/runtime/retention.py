@@ -135,7 +135,7 @@ def purge_expired(
         if room <= 0:
             break
         started = time.perf_counter()
-        result = store.purge_due_batch(scans, room, dry_run=dry_run)
+        result = store.retention.purge_due_batch(scans, room, dry_run=dry_run)
         if not result.seen:
             break
         done = GcBatch(result.purged, result.kept, time.perf_counter() - started, dry_run=dry_run)
@@ -146,5 +146,5 @@ def purge_expired(
     periods = [period for period in weft_settings.RETENTION.values() if period is not None]
     if len(periods) == len(weft_settings.RETENTION):  # a status kept forever keeps the jobs too
         cutoff = now - timedelta(seconds=max(periods, default=0.0))
-        report.bulk_jobs = store.purge_finished_bulk_jobs(cutoff, dry_run=dry_run)
+        report.bulk_jobs = store.retention.purge_finished_bulk_jobs(cutoff, dry_run=dry_run)
     return report

@@ -29,7 +29,7 @@ from ..store import DjangoStore
 from .dispatch import delivers, get_dispatcher
 from .messages import SignalAccepted, _accepted, _encode_payload, _message_key, _message_name
 from .operations import OPERATIONS
-from .process import _dispatch_on_commit, get_store
+from .process import dispatch_on_commit, get_store
 from .records import RunRecord
 
 logger = logging.getLogger("django_weft.runtime")
@@ -184,9 +184,11 @@ def start_with(
     if spec.workflow_id is None and spec.delay is None and spec.timeout is None:
         # Nothing to look up, nothing to compute from the database clock: one INSERT in
         # autocommit (the run's new id cannot conflict), then the doorbell.
-        inserted = store.insert_runnable_run(run_id, spec.fields, dispatched=delivers(get_dispatcher()))
-        _dispatch_on_commit(str(run_id))
-        store.announce_run_started(run_id, str(run_id), spec.definition.name)
+        inserted = store.intake.insert_runnable_run(
+            run_id, spec.fields, dispatched=delivers(get_dispatcher())
+        )
+        dispatch_on_commit(str(run_id))
+        store.intake.announce_run_started(run_id, str(run_id), spec.definition.name)
         logger.info("run %s (%s %s): started", run_id, spec.definition.name, run_id)
         # ready_at is the database's now() expression here; the record does not show it.
         record = dataclasses.replace(RunRecord.of(inserted), ready_at=None)
@@ -226,7 +228,7 @@ def _atomic_retrying_id_conflicts(store: DjangoStore, body: Callable[[], _T], *,
 def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> WorkflowRun:
     """Have the store insert the run (and its timers); ring its doorbell on commit. Runs
     inside the caller's transaction."""
-    run, starts_at = store.create_run(
+    run, starts_at = store.intake.create_run(
         run_id,
         spec.workflow_id,
         spec.fields,
@@ -234,8 +236,8 @@ def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> Work
         delay=spec.delay,
         dispatched=delivers(get_dispatcher()),
     )
-    _dispatch_on_commit(str(run.pk), eta=starts_at)
-    store.announce_run_started(run.pk, run.workflow_id, run.workflow_name)
+    dispatch_on_commit(str(run.pk), eta=starts_at)
+    store.intake.announce_run_started(run.pk, run.workflow_id, run.workflow_name)
     return run
 
 
@@ -243,7 +245,7 @@ def _existing_for_start(store: DjangoStore, workflow_id: str, on_conflict: str) 
     """The run a start by ``workflow_id`` returns instead of creating one, or ``None`` to
     create one (``on_conflict`` decides); raises ``WorkflowAlreadyExists`` for ``fail``.
     Serialised with other starts by that id (the store's advisory lock)."""
-    latest = store.latest_run_locked(workflow_id)
+    latest = store.intake.latest_run_locked(workflow_id)
     if latest is None:
         return None
     if on_conflict == "fail":
@@ -320,7 +322,9 @@ def _signal_or_start(
     run = _existing_for_start(store, workflow_id, spec.on_conflict)
     if run is not None:
         try:
-            stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+            stored, duplicate, woken = store.intake.deliver_signal(
+                run.pk, name, value, key, dispatched=dispatched
+            )
         except WorkflowTerminalError:
             # It finished between the look-up and deliver_signal's row lock; nothing was
             # written, so a new run takes its place.
@@ -328,7 +332,9 @@ def _signal_or_start(
     created = run is None
     if run is None:
         run = _create_run(store, spec, uuid.uuid4())
-        stored, duplicate, woken = store.deliver_signal(run.pk, name, value, key, dispatched=dispatched)
+        stored, duplicate, woken = store.intake.deliver_signal(
+            run.pk, name, value, key, dispatched=dispatched
+        )
     if woken:
-        _dispatch_on_commit(str(run.pk))
+        dispatch_on_commit(str(run.pk))
     return SignalWithStartResult(str(run.pk), run.workflow_id, created, _accepted(stored, duplicate))

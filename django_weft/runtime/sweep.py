@@ -64,20 +64,22 @@ def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None
     store = get_store()
     batch = weft_settings.TICK_BATCH
     report = TickReport()
-    report.fired = len(store.fire_due_timers(batch))
+    report.fired = len(store.sweep.fire_due_timers(batch))
     report.schedules = fire_due_schedules(batch)
     # Children left running by parents that closed without applying their policy (a
     # process died in between; timed-out parents always come this way).
-    report.closed_children = store.close_orphaned_children(batch)
-    store.wake_waiting_parents(batch)
+    report.closed_children = store.sweep.close_orphaned_children(batch)
+    store.sweep.wake_waiting_parents(batch)
     finalizers = (
-        store.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER) if delivers(dispatcher) else []
+        store.finalizers.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER)
+        if delivers(dispatcher)
+        else []
     )
     for run_id, attempt in finalizers:
         dispatch_finalizer(run_id, attempt, dispatcher)
     report.finalizers = len(finalizers)
     if delivers(dispatcher):
-        runnable, expired = store.claim_dispatch_batch(
+        runnable, expired = store.sweep.claim_dispatch_batch(
             batch,
             weft_settings.REDISPATCH_AFTER if redispatch_after is None else redispatch_after,
             weft_settings.TAKEOVER_GRACE,

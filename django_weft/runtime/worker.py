@@ -53,7 +53,7 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
         return run_finalizer(run_id, attempt)
     store = get_store()
     run_id = str(run_id)
-    started = store.start_activity(run_id, seq, attempt, weft_settings.LEASE_TTL)
+    started = store.attempts.start_activity(run_id, seq, attempt, weft_settings.LEASE_TTL)
     if started is None:
         logger.info("run %s: activity %s attempt %s is not startable (duplicate or stale); skipped",
                     run_id, seq, attempt)  # fmt: skip
@@ -63,7 +63,7 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
     act = registry.activities.get(name)
     # heartbeat() reads whether the run asked for cancellation; the process's lease
     # heartbeat checks too, for cancel_requested.
-    probe = CancelProbe(lambda: store.cancellation_requested(run_id, seq))
+    probe = CancelProbe(lambda: store.turns.cancellation_requested(run_id, seq))
     info = ActivityInfo(run_id, started.workflow_id, started.workflow_name, name, seq, attempt, probe)
     label = f"run {run_id}: activity {name} (position {seq}, attempt {attempt})"
     outcome: list[str] = []
@@ -83,10 +83,10 @@ def run_activity(run_id: str, seq: int, attempt: int) -> ActivityOutcome:
 
     with running_attempt(run_id, seq, attempt, probe):
         if act is not None and act.atomic:
-            recorded, woken = store.finish_activity(run_id, seq, attempt, status="", body=call)
+            recorded, woken = store.attempts.finish_activity(run_id, seq, attempt, status="", body=call)
         else:
             status, result_json, error_json = call()
-            recorded, woken = store.finish_activity(
+            recorded, woken = store.attempts.finish_activity(
                 run_id, seq, attempt, status=status, result_json=result_json, error_json=error_json
             )
     if woken:
@@ -111,7 +111,7 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
     store = get_store()
     run_id = str(run_id)
     lease = weft_settings.LEASE_TTL
-    started = store.start_finalizer(run_id, attempt, lease)
+    started = store.finalizers.start_finalizer(run_id, attempt, lease)
     if started is None:
         logger.info(
             "run %s: finalizer attempt %s is not startable (duplicate or stale); skipped", run_id, attempt
@@ -123,7 +123,7 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
             WorkflowRun.objects.using(store.alias).values_list("workflow_name", flat=True).get(pk=run_id)
         )
         if definition is None or definition.finalizer is None:
-            store.finish_finalizer(run_id, attempt, drop=True)
+            store.finalizers.finish_finalizer(run_id, attempt, drop=True)
             logger.info("run %s: its workflow has no finalizer here; none to run", run_id)
             return ActivityOutcome.SKIPPED
         name = definition.finalizer.name
@@ -151,7 +151,7 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
         policy = act.retry or weft_settings.DEFAULT_RETRY_POLICY
     faults.hit("before_finalizer_finish", run_id=run_id, engine=get_engine())
     retry_in = finalizer_retry_in(policy, attempt, error, retryable=retryable)
-    if not store.finish_finalizer(run_id, attempt, result=result, error=error, retry_in=retry_in):
+    if not store.finalizers.finish_finalizer(run_id, attempt, result=result, error=error, retry_in=retry_in):
         logger.warning("%s: ran, but the attempt is no longer current; outcome discarded", label)
         return ActivityOutcome.DISCARDED
     if error is None:

@@ -1,38 +1,96 @@
 """The ORM adapter of the engine's store port: every fenced write lives here.
 
-Split by caller: :mod:`.turns` and :mod:`.turn_messages` (the engine's port),
-:mod:`.intake` (new runs, signals, updates), :mod:`.transitions` (cancel, suspend,
-resume, retry), :mod:`.resets` (reset to a position), :mod:`.attempts` and
-:mod:`.finalizers` (work on workers),
-:mod:`.children`, :mod:`.sweep`, :mod:`.retention`, :mod:`.schedules`, :mod:`.bulk` (bulk
-jobs); :mod:`.waking` reads what the engine's wait decisions need; every raw statement is
-in :mod:`.sql`, the shared plumbing in :mod:`.base`. Callers see one class,
-:class:`DjangoStore`.
+The store is a set of areas, each an object for one kind of caller, and all of them
+hold the same database helper, :class:`~.sql.StoreSql` (the alias and connection, the
+clock, the run rows, the statements written by hand, signals sent on commit):
+
+- ``turns`` (:class:`~.turns.RunTurns`): the engine's port
+  (:class:`~django_weft.engine.ports.TurnStore`), the owner's fenced writes during a turn;
+  it hands a turn's messages on to :class:`~.turn_messages.TurnMessages` and its children
+  to :class:`~.children.Children`;
+- ``transitions`` (:class:`~.transitions.RunTransitions`): cancel, cancellation requests,
+  suspend, resume, retry;
+- ``intake`` (:class:`~.intake.Intake`): new runs, signals, updates;
+- ``attempts`` (:class:`~.attempts.ActivityAttempts`): queued activity attempts on workers;
+- ``finalizers`` (:class:`~.finalizers.Finalizers`): a closed run's finalizer attempts;
+- ``resets`` (:class:`~.resets.Resets`): reset to a position of the history;
+- ``sweep`` (:class:`~.sweep.Sweep`): due timers, undispatched runs, orphaned children;
+- ``schedules`` (:class:`~.schedules.ScheduleRows`): schedule rows;
+- ``bulk_jobs`` (:class:`~.bulk.BulkJobRows`): bulk job rows;
+- ``retention`` (:class:`~.retention.Retention`): deleting runs past their retention.
+
+Areas that wake runs hold :class:`~.waking.Waking` (the facts a wait decision needs,
+waking a parent). Callers get the areas from :class:`DjangoStore`.
 """
 
 from __future__ import annotations
 
-from .bulk import BulkJobsMixin
-from .intake import IntakeMixin
-from .resets import ResetsMixin
-from .retention import PurgedBatch, RetentionMixin, RetentionScan
-from .schedules import SchedulesMixin
-from .sweep import SweepMixin
-from .turn_messages import TurnMessagesMixin
-from .turns import TurnsMixin
+from datetime import datetime
+
+from .attempts import ActivityAttempts, StartedAttempt
+from .bulk import BulkJobRows
+from .children import Children
+from .finalizers import Finalizers
+from .intake import Intake
+from .resets import Resets
+from .retention import PurgedBatch, Retention, RetentionScan
+from .schedules import ScheduleRows
+from .sql import StoreSql
+from .sweep import Sweep
+from .transitions import RunTransitions, Transition
+from .turn_messages import TurnMessages
+from .turns import RunTurns
+from .waking import Waking
 
 
-class DjangoStore(
-    TurnsMixin,
-    TurnMessagesMixin,
-    IntakeMixin,
-    SweepMixin,
-    RetentionMixin,
-    SchedulesMixin,
-    BulkJobsMixin,
-    ResetsMixin,
-):
-    """The engine's :class:`~django_weft.engine.ports.TurnStore` on a Django database."""
+class DjangoStore:
+    """The store on a Django database: its areas as attributes, all on one
+    :class:`~.sql.StoreSql`. ``turns`` is the engine's
+    :class:`~django_weft.engine.ports.TurnStore`. Cheap to build (no database access)."""
+
+    def __init__(self, alias: str | None = None) -> None:
+        self.sql = sql = StoreSql(alias)
+        waking = Waking(sql)
+        self.finalizers = Finalizers(sql)
+        self.attempts = ActivityAttempts(sql, waking)
+        self.transitions = RunTransitions(sql, waking, self.finalizers)
+        children = Children(sql, self.transitions)
+        self.turns = RunTurns(sql, waking, self.attempts, self.finalizers, children, TurnMessages(sql))
+        self.intake = Intake(sql)
+        self.resets = Resets(sql)
+        self.sweep = Sweep(sql, waking, self.attempts, self.transitions, children)
+        self.schedules = ScheduleRows(sql)
+        self.bulk_jobs = BulkJobRows(sql)
+        self.retention = Retention(sql)
+
+    @property
+    def alias(self) -> str:
+        """The database the store works on (the caller's transactions use it too)."""
+        return self.sql.alias
+
+    def db_now(self) -> datetime:
+        """The database clock, or a test's virtual clock (:meth:`StoreSql.db_now`)."""
+        return self.sql.db_now()
 
 
-__all__ = ["DjangoStore", "PurgedBatch", "RetentionScan"]
+__all__ = [
+    "ActivityAttempts",
+    "BulkJobRows",
+    "Children",
+    "DjangoStore",
+    "Finalizers",
+    "Intake",
+    "PurgedBatch",
+    "Resets",
+    "Retention",
+    "RetentionScan",
+    "RunTransitions",
+    "RunTurns",
+    "ScheduleRows",
+    "StartedAttempt",
+    "StoreSql",
+    "Sweep",
+    "Transition",
+    "TurnMessages",
+    "Waking",
+]

@@ -13,18 +13,19 @@ from django.db import transaction
 from django.db.models import Case, F, JSONField, Q, Value, When
 
 from ..engine import codec
+from ..engine.activities import cancellation_seen
 from ..engine.error_types import ErrorType
 from ..engine.finalizers import FinalizerStatus
 from ..engine.records import (
     FINALIZER_SEQ,
+    CancelRequest,
     RunStatus,
     StepStatus,
-    StepWrite,
     TimerKind,
-    TimerWrite,
 )
 from ..models import Step, Timer
-from .waking import WakingMixin
+from .sql import StoreSql
+from .waking import Waking
 
 
 @dataclass(frozen=True)
@@ -39,16 +40,13 @@ class StartedAttempt:
     """The recorded call: ``{"args": [...], "kwargs": {...}}``."""
 
 
-class AttemptsMixin(WakingMixin):
-    """Queued activity attempts, for the owner that schedules them and the workers that run them."""
+class ActivityAttempts:
+    """Queued activity attempts, for the workers that run them (the owner schedules them
+    through :class:`~django_weft.store.RunTurns`)."""
 
-    def schedule_activity(
-        self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
-    ) -> None:
-        """Record a queued attempt as scheduled with its dispatch deadline, fenced."""
-        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            self._write_step(cursor, run_id, owner, epoch, step)
-            self._write_timers(cursor, run_id, [timer], step.started_at)
+    def __init__(self, sql: StoreSql, waking: Waking) -> None:
+        self.sql = sql
+        self.waking = waking
 
     def _lock_active_run(
         self, key: uuid.UUID, *fields: str, suspended: bool = False
@@ -56,7 +54,7 @@ class AttemptsMixin(WakingMixin):
         """Lock a running or waiting (or, with ``suspended``, suspended) run's row, first as
         every writer does, and read ``fields``; ``None`` if the run is not in those states."""
         statuses = [RunStatus.RUNNING, RunStatus.WAITING] + ([RunStatus.SUSPENDED] if suspended else [])
-        return self._runs().select_for_update().filter(pk=key, status__in=statuses).values(*fields).first()
+        return self.sql.runs().select_for_update().filter(pk=key, status__in=statuses).values(*fields).first()
 
     def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> StartedAttempt | None:
         """Take attempt ``attempt`` of the queued activity at ``seq`` for execution.
@@ -66,18 +64,18 @@ class AttemptsMixin(WakingMixin):
         now, renewed by the heartbeat). ``None`` for a duplicate delivery, a stale
         attempt or a run that is no longer active."""
         key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             run = self._lock_active_run(key, "workflow_id", "workflow_name")
             if run is None:
                 return None
-            now = self.db_now()
-            steps = Step.objects.using(self.alias).filter(run_id=key, seq=seq, attempt=attempt)
+            now = self.sql.db_now()
+            steps = Step.objects.using(self.sql.alias).filter(run_id=key, seq=seq, attempt=attempt)
             if not steps.filter(status=StepStatus.SCHEDULED).update(
                 status=StepStatus.STARTED, started_at=now, updated_at=now
             ):
                 return None
             row = steps.values("name", "args").get()
-            Timer.objects.using(self.alias).update_or_create(
+            Timer.objects.using(self.sql.alias).update_or_create(
                 run_id=key,
                 seq=seq,
                 kind=TimerKind.ACTIVITY,
@@ -103,19 +101,19 @@ class AttemptsMixin(WakingMixin):
         ``body`` (an atomic activity) runs inside this transaction after the attempt is
         confirmed and returns ``(status, result_json, error_json)``."""
         key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             # A suspended run keeps what its activities finish; it only is not woken.
             run = self._lock_active_run(key, "status", "waiting_on", suspended=True)
             if run is None:
                 return False, False
-            steps = Step.objects.using(self.alias).filter(
+            steps = Step.objects.using(self.sql.alias).filter(
                 run_id=key, seq=seq, attempt=attempt, status=StepStatus.STARTED
             )
             if not list(steps.select_for_update().values_list("pk", flat=True)):
                 return False, False
             if body is not None:
                 status, result_json, error_json = body()
-            now = self.db_now()
+            now = self.sql.db_now()
             steps.update(
                 status=status,
                 result=codec.loads(result_json) if result_json is not None else None,
@@ -123,11 +121,13 @@ class AttemptsMixin(WakingMixin):
                 finished_at=now,
                 updated_at=now,
             )
-            Timer.objects.using(self.alias).filter(run_id=key, seq=seq, kind=TimerKind.ACTIVITY).delete()
-            woken = run["status"] == RunStatus.WAITING and self._wait_satisfied(run_id, run["waiting_on"])
+            Timer.objects.using(self.sql.alias).filter(run_id=key, seq=seq, kind=TimerKind.ACTIVITY).delete()
+            woken = run["status"] == RunStatus.WAITING and self.waking.wait_satisfied(
+                run_id, run["waiting_on"]
+            )
             if woken:
                 # dispatched_at: the caller rings the doorbell itself, so the sweep holds off.
-                self._runs().filter(pk=key).update(
+                self.sql.runs().filter(pk=key).update(
                     status=RunStatus.RUNNING, ready_at=now, dispatched_at=now, waiting_on=None, updated_at=now
                 )
         return True, woken
@@ -159,9 +159,9 @@ class AttemptsMixin(WakingMixin):
             )
         if not condition:
             return
-        timers = Timer.objects.using(self.alias)
-        with transaction.atomic(using=self.alias):
-            until = self.db_now() + timedelta(seconds=ttl)
+        timers = Timer.objects.using(self.sql.alias)
+        with transaction.atomic(using=self.sql.alias):
+            until = self.sql.db_now() + timedelta(seconds=ttl)
             ids = list(
                 timers.filter(condition, fired_at__isnull=True)
                 .select_for_update(skip_locked=True, of=("self",))
@@ -170,7 +170,7 @@ class AttemptsMixin(WakingMixin):
             if ids:
                 timers.filter(pk__in=ids).update(fire_at=until)
 
-    def _lose_attempts(self, fired: Iterable[tuple[uuid.UUID, int]], now: datetime) -> None:
+    def lose_attempts(self, fired: Iterable[tuple[uuid.UUID, int]], now: datetime) -> None:
         """Mark the queued attempts whose activity timer fired as lost: never started
         (the message went missing) or started by a worker that stopped heartbeating.
         The caller holds the run rows."""
@@ -190,7 +190,7 @@ class AttemptsMixin(WakingMixin):
             "started": True,
             "retryable": True,
         }
-        Step.objects.using(self.alias).filter(
+        Step.objects.using(self.sql.alias).filter(
             condition, status__in=[StepStatus.SCHEDULED, StepStatus.STARTED]
         ).update(
             status=StepStatus.LOST,
@@ -201,3 +201,21 @@ class AttemptsMixin(WakingMixin):
             result=Case(When(status=StepStatus.SCHEDULED, then=F("result")), default=None),
             updated_at=now,
         )
+
+    def cancellations_requested(self, attempts: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """For the worker's heartbeat: which of the running activities ``(run_id, seq)``
+        should stop, and why, in one read."""
+        keys = {uuid.UUID(str(run_id)) for run_id, _ in attempts}
+        rows = {
+            str(pk): (status, CancelRequest.of(request))
+            for pk, status, request in self.sql.runs()
+            .filter(pk__in=list(keys))
+            .values_list("pk", "status", "cancel_request")
+        }
+        seen: dict[tuple[str, int], str] = {}
+        for run_id, seq in attempts:
+            status, request = rows.get(str(uuid.UUID(str(run_id))), (None, None))
+            why = cancellation_seen(status, request, seq)
+            if why is not None:
+                seen[(run_id, seq)] = why
+        return seen

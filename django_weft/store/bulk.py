@@ -14,16 +14,19 @@ from django.db.models import Q
 
 from ..engine.errors import BulkJobNotFound
 from ..models import BulkJob
-from .sql import SqlStatements
+from .sql import StoreSql
 
 OPEN = (BulkJob.Status.PENDING, BulkJob.Status.RUNNING)
 
 
-class BulkJobsMixin(SqlStatements):
+class BulkJobRows:
     """Bulk job rows; which runs a batch reaches, and what it does to them, is the runtime's."""
 
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
+
     def _bulk_jobs(self) -> Any:
-        return BulkJob.objects.using(self.alias)
+        return BulkJob.objects.using(self.sql.alias)
 
     def insert_bulk_job(self, fields: dict[str, Any]) -> BulkJob:
         return self._bulk_jobs().create(**fields)
@@ -49,8 +52,8 @@ class BulkJobsMixin(SqlStatements):
         becomes running and its epoch grows (the job returned carries the new one). The
         row lock lasts only for this short transaction; the lease keeps the job this
         process's while it works on a batch, and expires if the process dies."""
-        with transaction.atomic(using=self.alias):
-            now = self.db_now()
+        with transaction.atomic(using=self.sql.alias):
+            now = self.sql.db_now()
             job: BulkJob | None = (
                 self._bulk_jobs()
                 .filter(status__in=OPEN)
@@ -65,7 +68,9 @@ class BulkJobsMixin(SqlStatements):
             job.epoch += 1
             job.lease_expires_at = now + lease
             job.updated_at = now
-            job.save(using=self.alias, update_fields=["status", "epoch", "lease_expires_at", "updated_at"])
+            job.save(
+                using=self.sql.alias, update_fields=["status", "epoch", "lease_expires_at", "updated_at"]
+            )
             return job
 
     def _held_bulk_job(self, job_id: uuid.UUID, epoch: int) -> BulkJob | None:
@@ -97,11 +102,11 @@ class BulkJobsMixin(SqlStatements):
 
         ``skipped`` is ``(reason, run ids)`` in the order met; each reason keeps a count
         and up to ``listed`` run ids, and the job up to ``listed`` failures."""
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             job = self._held_bulk_job(job_id, epoch)
             if job is None:
                 return False
-            now = self.db_now()
+            now = self.sql.db_now()
             reasons: list[dict[str, Any]] = list(job.skipped_reasons or [])
             by_reason = {entry["reason"]: entry for entry in reasons}
             for reason, run_ids in skipped:
@@ -122,23 +127,23 @@ class BulkJobsMixin(SqlStatements):
             if finished:
                 job.status = BulkJob.Status.COMPLETED
                 job.finished_at = now
-            job.save(using=self.alias)
+            job.save(using=self.sql.alias)
             return True
 
     def fail_bulk_job(self, job_id: uuid.UUID, epoch: int, error: str) -> bool:
         """End the job as failed with ``error`` (why it cannot go on); ``False`` if the claim
         of ``epoch`` no longer holds it."""
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             job = self._held_bulk_job(job_id, epoch)
             if job is None:
                 return False
-            now = self.db_now()
+            now = self.sql.db_now()
             job.status = BulkJob.Status.FAILED
             job.error = error
             job.lease_expires_at = None
             job.finished_at = job.updated_at = now
             job.save(
-                using=self.alias,
+                using=self.sql.alias,
                 update_fields=["status", "error", "lease_expires_at", "finished_at", "updated_at"],
             )
             return True

@@ -23,24 +23,29 @@ from ..engine.records import (
     RunStatus,
     StepWrite,
 )
-from .transitions import TransitionsMixin
+from .sql import StoreSql
+from .transitions import RunTransitions
 
 
-class ChildrenMixin(TransitionsMixin):
+class Children:
     """Child runs: started under the parent's fence, closed by its close policy (a cancel,
-    or a cancellation request, each)."""
+    or a cancellation request, each). Held by the turns (the engine's port) and the sweep."""
+
+    def __init__(self, sql: StoreSql, transitions: RunTransitions) -> None:
+        self.sql = sql
+        self.transitions = transitions
 
     def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
         """Record the parent's child step and create the child run, in one fenced
         transaction. Raises ``WorkflowAlreadyExists`` (writing nothing) if a live run has
         the child's workflow id."""
-        with transaction.atomic(using=self.alias):
-            with self.connection.cursor() as cursor:
-                self._write_step(cursor, run_id, owner, epoch, step)
-            now = self.db_now()
+        with transaction.atomic(using=self.sql.alias):
+            with self.sql.connection.cursor() as cursor:
+                self.sql.write_step(cursor, run_id, owner, epoch, step)
+            now = self.sql.db_now()
             try:
-                with transaction.atomic(using=self.alias):
-                    self._runs().create(
+                with transaction.atomic(using=self.sql.alias):
+                    self.sql.runs().create(
                         id=uuid.UUID(child.run_id),
                         workflow_id=child.workflow_id,
                         workflow_name=child.workflow_name,
@@ -59,14 +64,14 @@ class ChildrenMixin(TransitionsMixin):
                     "id of its own (pass id=... to ctx.start_child)",
                     workflow_id=child.workflow_id,
                 ) from None
-            self._announce(signals.run_started, child.run_id, child.workflow_id, child.workflow_name)
+            self.sql.announce(signals.run_started, child.run_id, child.workflow_id, child.workflow_name)
 
     def child_outcome(self, run_id: str, seq: int) -> ChildOutcome | None:
         """How the child started at ``seq`` ended, or ``None`` while it (or the run it
         continued as) is live."""
         # A continue-as-new chain has one run that is not ``continued``: its last.
         latest = (
-            self._runs()
+            self.sql.runs()
             .filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq)
             .exclude(status=RunStatus.CONTINUED)
             .order_by("-created_at")
@@ -74,7 +79,7 @@ class ChildrenMixin(TransitionsMixin):
             .first()
         )
         if latest is None:
-            if self._runs().filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq).exists():
+            if self.sql.runs().filter(parent_id=uuid.UUID(str(run_id)), parent_seq=seq).exists():
                 return None  # only continued runs: the successor's row is not visible yet
             return ChildOutcome("", "", RunStatus.FAILED, error={"type": ErrorType.CHILD_GONE,
                                 "message": "the child run no longer exists (purged)"})  # fmt: skip
@@ -94,7 +99,7 @@ class ChildrenMixin(TransitionsMixin):
         (the sweep dispatches them anyway)."""
         closed: list[str] = []
         children = list(
-            self._runs()
+            self.sql.runs()
             .filter(parent_id=uuid.UUID(str(run_id)), status__in=list(ACTIVE_STATUSES))
             .exclude(parent_close_policy="abandon")
             .values_list("pk", "parent_close_policy", "cancel_request")
@@ -104,11 +109,11 @@ class ChildrenMixin(TransitionsMixin):
             if policy == "request_cancel" and request is not None and request.from_parent:
                 continue  # sent already (by the closing process, or an earlier sweep)
             try:
-                with transaction.atomic(using=self.alias):
+                with transaction.atomic(using=self.sql.alias):
                     if policy == "request_cancel":
-                        self.request_cancel(child, reason, dispatched=False, from_parent=True)
+                        self.transitions.request_cancel(child, reason, dispatched=False, from_parent=True)
                     else:
-                        self.cancel(child, reason)
+                        self.transitions.cancel(child, reason)
             except (WorkflowTerminalError, WorkflowNotFound):
                 continue  # finished meanwhile
             closed.append(str(child))

@@ -16,7 +16,6 @@ from typing import Any
 from django.db import transaction
 
 from ..conf import weft_settings
-from ..engine import codec
 from ..engine.error_types import ErrorType
 from ..engine.finalizers import (
     STARTABLE_FINALIZER_STATUSES,
@@ -26,26 +25,20 @@ from ..engine.finalizers import (
 )
 from ..engine.records import (
     FINALIZER_SEQ,
-    StepWrite,
     TimerKind,
 )
 from ..engine.registry import registry
 from ..models import Timer
-from .sql import SqlStatements
+from .sql import StoreSql
 
 
-class FinalizersMixin(SqlStatements):
+class Finalizers:
     """A closed run's finalizer: scheduled by the close, attempts taken and recorded by workers."""
 
-    def set_finalizer_state(
-        self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str
-    ) -> None:
-        with transaction.atomic(using=self.alias):
-            with self.connection.cursor() as cursor:
-                self._write_step(cursor, run_id, owner, epoch, step)
-            self._runs().filter(pk=run_id).update(finalizer_state=codec.loads(state_json))
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
 
-    def _schedule_finalizer(
+    def schedule_finalizer(
         self, run_pk: uuid.UUID, workflow_name: str, now: datetime
     ) -> dict[str, Any] | None:
         definition = registry.workflows.get(workflow_name)
@@ -55,8 +48,8 @@ class FinalizersMixin(SqlStatements):
         # takes the attempt looks it up (and drops the finalizer if there is none).
         name = definition.finalizer.name if definition is not None and definition.finalizer else None
         finalizer = {"activity": name, "status": FinalizerStatus.PENDING, "attempt": 0}
-        self._runs().filter(pk=run_pk).update(finalizer=finalizer)
-        Timer.objects.using(self.alias).update_or_create(
+        self.sql.runs().filter(pk=run_pk).update(finalizer=finalizer)
+        Timer.objects.using(self.sql.alias).update_or_create(
             run_id=run_pk,
             seq=FINALIZER_SEQ,
             kind=TimerKind.FINALIZER,
@@ -69,14 +62,14 @@ class FinalizersMixin(SqlStatements):
         An attempt that had started is lost (its lease ran out) and counts as made. The
         timer is pushed ``resend_after`` ahead, so a busy cluster is not sent it again
         every sweep; starting the attempt replaces that with the attempt's lease."""
-        timers = Timer.objects.using(self.alias).filter(kind=TimerKind.FINALIZER)
+        timers = Timer.objects.using(self.sql.alias).filter(kind=TimerKind.FINALIZER)
         due: list[tuple[str, int]] = []
-        with transaction.atomic(using=self.alias):
-            now = self.db_now()
+        with transaction.atomic(using=self.sql.alias):
+            now = self.sql.db_now()
             # Run rows first, then their timers (the order start/finish_finalizer take).
             candidates = list(timers.due(now).order_by("fire_at").values_list("run_id", flat=True)[:batch])
             locked = dict(
-                self._runs()
+                self.sql.runs()
                 .filter(pk__in=candidates)
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "finalizer")
@@ -100,13 +93,13 @@ class FinalizersMixin(SqlStatements):
                     act = registry.activities.get(str(finalizer.get("activity")))
                     policy = (act.retry if act else None) or weft_settings.DEFAULT_RETRY_POLICY
                     if lost_attempt_ends(policy, int(finalizer.get("attempt", 0))):
-                        self._runs().filter(pk=run_pk).update(
+                        self.sql.runs().filter(pk=run_pk).update(
                             finalizer={**finalizer, "status": FinalizerStatus.FAILED, "error": lost}
                         )
                         timers.filter(pk=pk).delete()
                         continue
                     finalizer = {**finalizer, "status": FinalizerStatus.RETRYING, "error": lost}
-                    self._runs().filter(pk=run_pk).update(finalizer=finalizer)
+                    self.sql.runs().filter(pk=run_pk).update(finalizer=finalizer)
                 timers.filter(pk=pk).update(fire_at=now + timedelta(seconds=resend_after))
                 due.append((str(run_pk), int(finalizer.get("attempt", 0)) + 1))
         return due
@@ -115,9 +108,13 @@ class FinalizersMixin(SqlStatements):
         """Take attempt ``attempt`` of the run's finalizer: ``(activity name, state)``, or
         ``None`` for a duplicate or stale delivery (exactly one caller takes an attempt)."""
         key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             run = (
-                self._runs().select_for_update().filter(pk=key).values("finalizer", "finalizer_state").first()
+                self.sql.runs()
+                .select_for_update()
+                .filter(pk=key)
+                .values("finalizer", "finalizer_state")
+                .first()
             )
             if run is None:
                 return None
@@ -127,8 +124,8 @@ class FinalizersMixin(SqlStatements):
                 or finalizer.get("attempt", 0) != attempt - 1
             ):
                 return None
-            now = self.db_now()
-            self._runs().filter(pk=key).update(
+            now = self.sql.db_now()
+            self.sql.runs().filter(pk=key).update(
                 finalizer={
                     **finalizer,
                     "status": FinalizerStatus.RUNNING,
@@ -136,7 +133,7 @@ class FinalizersMixin(SqlStatements):
                     "started_at": now.isoformat(),
                 }
             )
-            Timer.objects.using(self.alias).update_or_create(
+            Timer.objects.using(self.sql.alias).update_or_create(
                 run_id=key,
                 seq=FINALIZER_SEQ,
                 kind=TimerKind.FINALIZER,
@@ -158,15 +155,15 @@ class FinalizersMixin(SqlStatements):
         ``retrying`` in ``retry_in`` seconds. ``False`` if the attempt is no longer current
         (its lease ran out and a later attempt was sent): nothing is recorded."""
         key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             finalizer = (
-                self._runs().select_for_update().filter(pk=key).values_list("finalizer", flat=True).first()
+                self.sql.runs().select_for_update().filter(pk=key).values_list("finalizer", flat=True).first()
                 or {}
             )
             if finalizer.get("status") != FinalizerStatus.RUNNING or finalizer.get("attempt") != attempt:
                 return False
-            now = self.db_now()
-            timers = Timer.objects.using(self.alias).filter(
+            now = self.sql.db_now()
+            timers = Timer.objects.using(self.sql.alias).filter(
                 run_id=key, seq=FINALIZER_SEQ, kind=TimerKind.FINALIZER
             )
             outcome: dict[str, Any] | None = {**finalizer, "finished_at": now.isoformat()}
@@ -183,5 +180,5 @@ class FinalizersMixin(SqlStatements):
             else:
                 outcome.update(status=FinalizerStatus.FAILED, error=error)
                 timers.delete()
-            self._runs().filter(pk=key).update(finalizer=outcome)
+            self.sql.runs().filter(pk=key).update(finalizer=outcome)
         return True

@@ -17,11 +17,14 @@ from ..engine.errors import (
 from ..engine.parking import handled_updates, unknown_update_error
 from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
 from ..models import Signal, Timer, Update, WorkflowRun
-from .sql import SqlStatements
+from .sql import StoreSql
 
 
-class IntakeMixin(SqlStatements):
+class Intake:
     """New runs, signals and updates from clients; none of it takes a lease."""
+
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
 
     def insert_runnable_run(
         self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool
@@ -30,12 +33,12 @@ class IntakeMixin(SqlStatements):
         is fine: a new id cannot conflict). ``dispatched``: the caller rings its doorbell.
         Returns the instance as inserted: ``ready_at`` and ``dispatched_at`` hold the
         database's ``now()`` expression, not their values."""
-        return self._runs().create(
+        return self.sql.runs().create(
             id=run_id,
             workflow_id=str(run_id),
             status=RunStatus.RUNNING,
-            ready_at=self._now_value(),
-            dispatched_at=self._now_value() if dispatched else None,
+            ready_at=self.sql.now_value(),
+            dispatched_at=self.sql.now_value() if dispatched else None,
             **fields,
         )
 
@@ -53,11 +56,11 @@ class IntakeMixin(SqlStatements):
         transaction; returns the run and, for a delayed start, when it starts. A delayed
         run is ``pending``, any other runnable. ``dispatched``: the caller rings the
         doorbell of a runnable run on commit."""
-        now = self.db_now()
+        now = self.sql.db_now()
         # A run whose doorbell is rung on commit counts as dispatched, so the sweep does not
         # send a second message before a worker had the chance to claim it.
         dispatched_at = now if dispatched and not delay else None
-        run = self._runs().create(
+        run = self.sql.runs().create(
             id=run_id,
             workflow_id=workflow_id or str(run_id),
             status=RunStatus.PENDING if delay else RunStatus.RUNNING,
@@ -68,13 +71,13 @@ class IntakeMixin(SqlStatements):
         )
         if run.execution_deadline is not None:
             # The deadline is a timer: the sweep times the run out when it fires.
-            Timer.objects.using(self.alias).create(
+            Timer.objects.using(self.sql.alias).create(
                 run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=run.execution_deadline
             )
         if not delay:
             return run, None
         fire_at = now + timedelta(seconds=delay)
-        Timer.objects.using(self.alias).create(
+        Timer.objects.using(self.sql.alias).create(
             run=run, seq=RUN_LEVEL_SEQ, kind=TimerKind.DELAYED_START, fire_at=fire_at
         )
         return run, fire_at
@@ -83,14 +86,14 @@ class IntakeMixin(SqlStatements):
         """The live run with ``workflow_id`` if there is one (at most one exists), else the
         newest finished one; in the caller's transaction, which on PostgreSQL then holds
         the advisory lock of starts by that id (so "look, then create" cannot interleave)."""
-        if self.is_postgres:
-            self._lock_workflow_id(workflow_id)
-        runs = self._runs().for_workflow_id(workflow_id)
+        if self.sql.is_postgres:
+            self.sql.lock_workflow_id(workflow_id)
+        runs = self.sql.runs().for_workflow_id(workflow_id)
         return runs.active().first() or runs.first()
 
     def announce_run_started(self, run_id: str | uuid.UUID, workflow_id: str, workflow_name: str) -> None:
         """Send ``run_started`` once the current transaction commits."""
-        self._announce(signals.run_started, run_id, workflow_id, workflow_name)
+        self.sql.announce(signals.run_started, run_id, workflow_id, workflow_name)
 
     def _lock_for_message(self, run_pk: uuid.UUID) -> Mapping[str, Any]:
         """Lock the run row for a message insert and check the run takes messages.
@@ -100,7 +103,7 @@ class IntakeMixin(SqlStatements):
         run stays runnable, or the insert sees the parked run and wakes it. It also
         numbers a run's messages in commit order."""
         run = (
-            self._runs()
+            self.sql.runs()
             .select_for_update()
             .filter(pk=run_pk)
             .values("status", "waiting_on", "workflow_id", "workflow_name")
@@ -127,8 +130,8 @@ class IntakeMixin(SqlStatements):
         waiting_on = run["waiting_on"] or {}
         if run["status"] != RunStatus.WAITING or name not in (waiting_on.get(names_key) or []):
             return False
-        now = self.db_now()
-        self._runs().filter(pk=run_pk).update(
+        now = self.sql.db_now()
+        self.sql.runs().filter(pk=run_pk).update(
             status=RunStatus.RUNNING,
             ready_at=now,
             waiting_on=None,
@@ -144,7 +147,7 @@ class IntakeMixin(SqlStatements):
         duplicate, woken)``. A repeated ``signal_id`` returns the stored signal. Raises
         ``WorkflowTerminalError`` for a finished run (storing nothing)."""
         run = self._lock_for_message(run_pk)
-        signals = Signal.objects.using(self.alias)
+        signals = Signal.objects.using(self.sql.alias)
         if signal_id is not None:
             # Repeats serialise on the run row lock, so this look-up sees a concurrent one.
             existing = signals.filter(run_id=run_pk, name=name, signal_id=signal_id).first()
@@ -168,7 +171,7 @@ class IntakeMixin(SqlStatements):
         created, woken)``. An ``update_id`` stored meanwhile returns that update.
         ``validated=False``: the run checks it against its handler when it applies it."""
         run = self._lock_for_message(run_pk)
-        updates = Update.objects.using(self.alias)
+        updates = Update.objects.using(self.sql.alias)
         existing = updates.filter(run_id=run_pk, update_id=update_id).first()
         if existing is not None:
             return existing, False, False

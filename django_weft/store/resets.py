@@ -3,11 +3,11 @@ a position, committed with the old run's close in one transaction.
 
 The old run's row is locked first (after the workflow id's advisory lock on PostgreSQL,
 the order starts take) and its epoch rotated, as every external transition does
-(docs/explanation/decisions.md, 16): a worker still driving it fails its next fenced write
-and stops. The history is read
-again under that lock and must be what the caller replayed; the new run is inserted after
-the old one is closed, so the one-active-run-per-workflow-id constraint holds at every
-statement and refuses the reset if another run of the id became active meanwhile.
+(docs/explanation/guarantees.md, "External transitions"): a worker still driving it
+fails its next fenced write and stops. The history is read again under that lock and
+must be what the caller replayed; the new run is inserted after the old one is closed,
+so the one-active-run-per-workflow-id constraint holds at every statement and refuses
+the reset if another run of the id became active meanwhile.
 No child row is locked here (children lock before parents, decision 17): the runtime
 applies the old run's parent-close policy after the commit, as a cancel does.
 """
@@ -39,7 +39,7 @@ from ..engine.records import (
 from ..engine.reset import ResetLink, ResetOutcome, check_cut
 from ..models import Timer, Update
 from ..models.messages import UpdateStatus
-from .transitions import TransitionsMixin
+from .sql import StoreSql
 
 _RESET_FIELDS = (
     "workflow_id", "workflow_name", "status", "created_at", "parent_id", "parent_seq", "parent_close_policy",
@@ -47,8 +47,11 @@ _RESET_FIELDS = (
 )  # fmt: skip
 
 
-class ResetsMixin(TransitionsMixin):
+class Resets:
     """Resetting a run to a position of its history."""
+
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
 
     def reset(
         self,
@@ -65,7 +68,7 @@ class ResetsMixin(TransitionsMixin):
         """Close run ``run_pk`` if it is active and start its replacement, in the caller's
         transaction: the new run (runnable; ``dispatched``: the caller rings its doorbell)
         has the entries before ``to_seq``, the signals and updates the old one had (see
-        :meth:`_copy_for_reset`), its search attributes, parent, deadline, finalizer state
+        :meth:`StoreSql.copy_for_reset`), its search attributes, parent, deadline, finalizer state
         and a cancellation request it had received before ``to_seq``, and links both ways.
 
         ``kept`` is the history the caller replayed; if the run's differs now (it moved on,
@@ -73,17 +76,17 @@ class ResetsMixin(TransitionsMixin):
         ``InvalidTransition`` if the run is not the latest of its workflow id, if another
         run of the id is active, or if its execution deadline has passed; ``InvalidInput``
         for a position the history cannot be cut at."""
-        found = self._runs().filter(pk=run_pk).values_list("workflow_id", flat=True).first()
+        found = self.sql.runs().filter(pk=run_pk).values_list("workflow_id", flat=True).first()
         if found is None:
             raise WorkflowNotFound(f"run {run_pk} does not exist", ref=str(run_pk))
-        if self.is_postgres:
-            self._lock_workflow_id(found)
-        run = self._runs().select_for_update().filter(pk=run_pk).values(*_RESET_FIELDS).first()
+        if self.sql.is_postgres:
+            self.sql.lock_workflow_id(found)
+        run = self.sql.runs().select_for_update().filter(pk=run_pk).values(*_RESET_FIELDS).first()
         if run is None:
             raise WorkflowNotFound(f"run {run_pk} does not exist", ref=str(run_pk))
         label = f"run {run_pk} ({run['workflow_name']} {run['workflow_id']})"
         newer = (
-            self._runs()
+            self.sql.runs()
             .filter(workflow_id=run["workflow_id"], created_at__gt=run["created_at"])
             .order_by("-created_at")
             .values_list("pk", "status")
@@ -96,7 +99,7 @@ class ResetsMixin(TransitionsMixin):
                 run_id=str(run_pk),
                 status=run["status"],
             )
-        history = self.load_steps(str(run_pk))
+        history = self.sql.load_steps(str(run_pk))
         check_cut(history, to_seq, label=label)
         if {seq: history[seq] for seq in range(to_seq)} != dict(kept):
             raise InvalidTransition(
@@ -105,7 +108,7 @@ class ResetsMixin(TransitionsMixin):
                 run_id=str(run_pk),
                 status=run["status"],
             )
-        now = self._transition_now()
+        now = self.sql.transition_now()
         deadline = run["execution_deadline"]
         if deadline is not None and deadline <= now:
             raise InvalidTransition(
@@ -137,10 +140,10 @@ class ResetsMixin(TransitionsMixin):
                 finished_at=now,
                 updated_at=now,
             )
-        self._runs().filter(pk=run_pk).update(**changes)
+        self.sql.runs().filter(pk=run_pk).update(**changes)
         try:
-            with transaction.atomic(using=self.alias):
-                self._runs().create(
+            with transaction.atomic(using=self.sql.alias):
+                self.sql.runs().create(
                     id=new_pk,
                     workflow_id=run["workflow_id"],
                     workflow_name=run["workflow_name"],
@@ -169,12 +172,12 @@ class ResetsMixin(TransitionsMixin):
                 run_id=str(run_pk),
                 status=run["status"],
             ) from None
-        self._copy_for_reset(run_pk, new_pk, to_seq, now)
+        self.sql.copy_for_reset(run_pk, new_pk, to_seq, now)
         if closed:
-            Timer.objects.using(self.alias).filter(run_id=run_pk).unfired().delete()
+            Timer.objects.using(self.sql.alias).filter(run_id=run_pk).unfired().delete()
             # Pending updates were copied to the new run, which applies them; a caller
             # waiting on the old row follows this error to the copy.
-            Update.objects.using(self.alias).filter(run_id=run_pk, status=UpdateStatus.ACCEPTED).update(
+            Update.objects.using(self.sql.alias).filter(run_id=run_pk, status=UpdateStatus.ACCEPTED).update(
                 status=UpdateStatus.FAILED,
                 error={
                     "type": ErrorType.RESET,
@@ -184,12 +187,12 @@ class ResetsMixin(TransitionsMixin):
                 updated_at=now,
             )
             wid, name = run["workflow_id"], run["workflow_name"]
-            self._announce(signals.run_cancelled, run_pk, wid, name, error=changes["error"])
+            self.sql.announce(signals.run_cancelled, run_pk, wid, name, error=changes["error"])
         if deadline is not None:
-            Timer.objects.using(self.alias).create(
+            Timer.objects.using(self.sql.alias).create(
                 run_id=new_pk, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=deadline
             )
-        self._announce(signals.run_started, new_pk, run["workflow_id"], run["workflow_name"])
+        self.sql.announce(signals.run_started, new_pk, run["workflow_id"], run["workflow_name"])
         faults.hit("before_reset_commit", run_id=str(run_pk), new_run_id=str(new_pk))
         return ResetOutcome(
             run_id=str(new_pk),
@@ -207,7 +210,7 @@ class ResetsMixin(TransitionsMixin):
         policy = str(run["parent_close_policy"] or "")
         if run["parent_id"] is None or policy == "abandon":
             return policy
-        parent = self._runs().filter(pk=run["parent_id"]).values_list("status", flat=True).first()
+        parent = self.sql.runs().filter(pk=run["parent_id"]).values_list("status", flat=True).first()
         return "abandon" if parent is None or parent in TERMINAL_STATUSES else policy
 
 

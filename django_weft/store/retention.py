@@ -24,7 +24,7 @@ from ..engine.finalizers import UNFINISHED_FINALIZER_STATUSES
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES
 from ..engine.retention import DueRange, KeptReason
 from ..models import BulkJob, WorkflowRun
-from .base import StoreBase
+from .sql import StoreSql
 
 _TERMINAL = sorted(TERMINAL_STATUSES)  # as in the partial indexes' predicate (SQLite matches it as written)
 _ACTIVE = sorted(ACTIVE_STATUSES)
@@ -52,8 +52,11 @@ class PurgedBatch:
         return self.purged.total() + self.kept.total()
 
 
-class RetentionMixin(StoreBase):
-    """Deletion of terminal runs past their retention."""
+class Retention:
+    """Deletion of terminal runs past their retention, and of finished bulk jobs."""
+
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
 
     def purge_due_batch(
         self, scans: Sequence[RetentionScan], batch: int, *, dry_run: bool = False
@@ -71,7 +74,7 @@ class RetentionMixin(StoreBase):
         for it while holding the parent would invert the child-then-parent order of a
         child's completion."""
         lock = not dry_run
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             rows: list[tuple[uuid.UUID, str, uuid.UUID | None]] = []
             for scan in scans:
                 room = batch - len(rows)
@@ -100,7 +103,7 @@ class RetentionMixin(StoreBase):
         """The next ``size`` runs of the scan's range after its position, oldest first:
         ``(id, updated_at, status, parent_id)``."""
         due = scan.due
-        runs = self._runs().filter(status__in=_TERMINAL, status=due.status, updated_at__lt=due.cutoff)
+        runs = self.sql.runs().filter(status__in=_TERMINAL, status=due.status, updated_at__lt=due.cutoff)
         if due.workflow is not None:
             runs = runs.filter(workflow_name=due.workflow)
         if due.excluded:
@@ -123,21 +126,23 @@ class RetentionMixin(StoreBase):
         holds: dict[uuid.UUID, str] = {}
         parents = {parent for _, _, parent in rows if parent is not None}
         if parents:
-            live = set(self._runs().filter(pk__in=parents, status__in=_ACTIVE).values_list("pk", flat=True))
+            live = set(
+                self.sql.runs().filter(pk__in=parents, status__in=_ACTIVE).values_list("pk", flat=True)
+            )
             holds.update({pk: KeptReason.LIVE_PARENT for pk, _, parent in rows if parent in live})
-        children = list(self._runs().filter(parent_id__in=ids).values_list("pk", "parent_id", "status"))
+        children = list(self.sql.runs().filter(parent_id__in=ids).values_list("pk", "parent_id", "status"))
         for _, parent, status in children:
             if status in ACTIVE_STATUSES:
                 holds.setdefault(parent, KeptReason.LIVE_CHILD)
         unfinished = sorted(UNFINISHED_FINALIZER_STATUSES)
-        finalizing = self._runs().filter(pk__in=ids, finalizer__status__in=unfinished)
+        finalizing = self.sql.runs().filter(pk__in=ids, finalizer__status__in=unfinished)
         for pk in finalizing.values_list("pk", flat=True):
             holds.setdefault(pk, KeptReason.FINALIZER)
         settled = [child for child, parent, _ in children if parent not in holds]
         if lock and settled:
             # Re-read under the lock: a child retried since the read above is live now.
             locked = set(
-                self._runs()
+                self.sql.runs()
                 .filter(pk__in=settled, status__in=_TERMINAL)
                 .select_for_update(skip_locked=True)
                 .values_list("pk", flat=True)
@@ -152,13 +157,13 @@ class RetentionMixin(StoreBase):
         delete clears the children's parent link, deletes the steps, timers, signals and
         updates (one statement each) and applies the ``on_delete`` of a project's own
         models that point at runs."""
-        WorkflowRun.objects.using(self.alias).filter(pk__in=ids).only("pk").delete()
+        WorkflowRun.objects.using(self.sql.alias).filter(pk__in=ids).only("pk").delete()
 
     def purge_finished_bulk_jobs(self, finished_before: datetime, *, dry_run: bool = False) -> int:
         """Delete the finished bulk jobs (completed or failed) that finished before
         ``finished_before``; return how many (in a dry run: how many would be). Open jobs
         are never deleted. Jobs are few, so one statement does it."""
-        finished = BulkJob.objects.using(self.alias).filter(
+        finished = BulkJob.objects.using(self.sql.alias).filter(
             status__in=[BulkJob.Status.COMPLETED, BulkJob.Status.FAILED], finished_at__lt=finished_before
         )
         if dry_run:

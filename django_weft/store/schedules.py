@@ -12,19 +12,22 @@ from django.db import IntegrityError, transaction
 from ..engine.errors import ScheduleAlreadyExists, ScheduleNotFound
 from ..models import Schedule
 from ..models.querysets import WorkflowRunQuerySet
-from .sql import SqlStatements
+from .sql import StoreSql
 
 
-class SchedulesMixin(SqlStatements):
+class ScheduleRows:
     """Schedule rows; the decisions about them are the engine's (``schedule_firing``)."""
 
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
+
     def _schedules(self) -> Any:
-        return Schedule.objects.using(self.alias)
+        return Schedule.objects.using(self.sql.alias)
 
     def insert_schedule(self, fields: dict[str, Any]) -> Schedule:
         """Insert a schedule; ``ScheduleAlreadyExists`` if its id is taken."""
         try:
-            with transaction.atomic(using=self.alias):
+            with transaction.atomic(using=self.sql.alias):
                 return self._schedules().create(**fields)
         except IntegrityError:
             if self._schedules().filter(pk=fields["id"]).exists():
@@ -61,13 +64,13 @@ class SchedulesMixin(SqlStatements):
 
     def save_schedule(self, schedule: Schedule, fields: list[str]) -> None:
         """Write ``fields`` of a schedule the caller has locked."""
-        schedule.save(using=self.alias, update_fields=[*fields, "updated_at"])
+        schedule.save(using=self.sql.alias, update_fields=[*fields, "updated_at"])
 
     def save_schedules(self, schedules: list[Schedule], fields: list[str]) -> None:
         """Write ``fields`` of schedules the caller has locked, in one statement."""
         if not schedules:
             return
-        now = self.db_now()
+        now = self.sql.db_now()
         for schedule in schedules:
             schedule.updated_at = now
         self._schedules().bulk_update(schedules, [*fields, "updated_at"])
@@ -82,13 +85,13 @@ class SchedulesMixin(SqlStatements):
         lock, no transaction, on the two partial indexes; a tick with nothing to do
         stops here."""
         table = Schedule._meta.db_table
-        now = "now()" if self._clock_in_sql else "%s"
+        now = "now()" if self.sql.clock_in_sql else "%s"
         sql = (
             f"SELECT EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND next_fire_at <= {now}), "
             f"EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND buffered_count > 0)"
         )
-        params = [] if self._clock_in_sql else [self._dt(self._local_now())]
-        with self.connection.cursor() as cursor:
+        params = [] if self.sql.clock_in_sql else [self.sql.dt(self.sql.local_now())]
+        with self.sql.connection.cursor() as cursor:
             cursor.execute(sql, params)
             due, buffered = cursor.fetchone()
         return bool(due), bool(buffered)
@@ -115,7 +118,7 @@ class SchedulesMixin(SqlStatements):
 
     def latest_run_of(self, workflow_id: str) -> tuple[str, str] | None:
         """``(run id, status)`` of the newest run with ``workflow_id``: the live one if any."""
-        runs: WorkflowRunQuerySet = self._runs().for_workflow_id(workflow_id)
+        runs: WorkflowRunQuerySet = self.sql.runs().for_workflow_id(workflow_id)
         found = (runs.active().values_list("pk", "status").first()) or runs.values_list(
             "pk", "status"
         ).first()
@@ -125,5 +128,5 @@ class SchedulesMixin(SqlStatements):
         """The current status of each of ``run_ids`` that still exists."""
         if not run_ids:
             return {}
-        rows = self._runs().filter(pk__in=run_ids).values_list("pk", "status")
+        rows = self.sql.runs().filter(pk__in=run_ids).values_list("pk", "status")
         return {str(pk): str(status) for pk, status in rows}

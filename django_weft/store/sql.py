@@ -1,10 +1,12 @@
-"""Every raw SQL statement of the store, and the mapping of its rows to engine records.
+"""The store's one database helper (:class:`StoreSql`), held by every area of the store:
+every raw SQL statement, the clock, and the mapping of rows to engine records.
 
-Fencing (docs/explanation/guarantees.md): a write an owner makes for its run succeeds only while the run
-row still names that owner at that epoch. The hot step commit is one statement, a
-conditional row lock feeding the step upsert (PostgreSQL: a ``FOR UPDATE`` CTE; SQLite:
-``INSERT ... SELECT ... WHERE`` under SQLite's single writer). External transitions
-lock the same row and rotate the epoch, so whichever commits second sees the other.
+Fencing (docs/explanation/guarantees.md, "Ownership, epochs and fencing"): a write an
+owner makes for its run succeeds only while the run row still names that owner at that
+epoch. The hot step commit is one statement, a conditional row lock feeding the step
+upsert (PostgreSQL: a ``FOR UPDATE`` CTE; SQLite: ``INSERT ... SELECT ... WHERE`` under
+SQLite's single writer). External transitions lock the same row and rotate the epoch,
+so whichever commits second sees the other.
 
 Lease times use the database clock on PostgreSQL (``now()``), so clock skew between
 worker hosts cannot make a live lease look expired. SQLite is embedded: its clock is the
@@ -14,31 +16,40 @@ its time is bound as a parameter where the statement would read ``now()``.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models.functions import Now
+from django.dispatch import Signal as DjangoSignal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from .. import signals
 from ..conf import weft_settings
-from ..engine import codec
+from ..engine import clock, codec
 from ..engine.records import (
+    RunStatus,
     StepRecord,
     StepWrite,
     TimerWrite,
 )
 from ..models import Signal, Step, Timer, Update, WorkflowRun
+from ..models.querysets import WorkflowRunQuerySet
 
 try:
     import psycopg
 except ImportError:  # SQLite-only installs
     psycopg = None  # type: ignore[assignment]
 
-from .base import StoreBase, _deposed, _unanswered_error
+from .base import deposed, unanswered_error
+
+logger = logging.getLogger("django_weft.store")
 
 RUN_TABLE = WorkflowRun._meta.db_table
 STEP_TABLE = Step._meta.db_table
@@ -60,7 +71,7 @@ _STEP_ON_CONFLICT = (
 _STEP_SQL: dict[str, str] = {}
 
 
-def _aware(value: str | datetime) -> datetime:
+def aware(value: str | datetime) -> datetime:
     if isinstance(value, str):
         parsed = parse_datetime(value)
         assert parsed is not None, value
@@ -70,7 +81,7 @@ def _aware(value: str | datetime) -> datetime:
     return value
 
 
-def _json(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     return codec.loads(value) if isinstance(value, str | bytes) else value
 
 
@@ -83,52 +94,141 @@ def _step_record(row: Sequence[Any]) -> StepRecord:
         kind=kind,
         name=name,
         status=status,
-        result=_json(result),
-        error=_json(error),
+        result=json_value(result),
+        error=json_value(error),
         attempt=attempt,
-        started_at=_aware(started) if started is not None else None,
-        finished_at=_aware(finished) if finished is not None else None,
+        started_at=aware(started) if started is not None else None,
+        finished_at=aware(finished) if finished is not None else None,
     )
 
 
-class SqlStatements(StoreBase):
-    """The statements written by hand: the claim, the step commit, the terminal commit,
-    lease renewal, timer upserts and the database clock."""
+class StoreSql:
+    """The store's one database helper, held by every area of the store: the database
+    alias and connection, the clock (the database's, or a test's virtual clock), the
+    run rows, Django signals sent on commit, and the statements written by hand (the
+    claim, the step commit, the terminal commit, lease renewal, timer upserts, a reset's
+    copies)."""
+
+    def __init__(self, alias: str | None = None) -> None:
+        self._alias = alias
+
+    @property
+    def alias(self) -> str:
+        return self._alias or weft_settings.DATABASE_ALIAS
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.alias]
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.connection.vendor == "postgresql"
+
+    @property
+    def clock_in_sql(self) -> bool:
+        """Whether a statement reads the time itself (PostgreSQL's ``now()``): on
+        PostgreSQL unless a virtual clock is installed, whose time is bound instead."""
+        return self.connection.vendor == "postgresql" and clock.installed() is None
+
+    def local_now(self) -> datetime:
+        """The time, without a round trip: the virtual clock's if one is installed, else the
+        process's clock (SQLite's database clock; a stamp that needs no precision)."""
+        virtual = clock.installed()
+        return timezone.now() if virtual is None else virtual.now()
+
+    def now_value(self) -> Any:
+        """The time to write in an ORM update: the database's ``Now()`` (so the statement
+        is what it is without the seam), or the virtual clock's time as a value."""
+        virtual = clock.installed()
+        return Now() if virtual is None else virtual.now()
+
+    def run_key(self, run_id: str | uuid.UUID) -> Any:
+        value = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        return WorkflowRun._meta.pk.get_db_prep_value(value, self.connection)
+
+    def dt(self, value: datetime | None) -> Any:
+        return self.connection.ops.adapt_datetimefield_value(value)
+
+    def runs(self) -> WorkflowRunQuerySet:
+        return WorkflowRun.objects.using(self.alias)
+
+    def owned(self, run_id: str, owner: str, epoch: int) -> WorkflowRunQuerySet:
+        return self.runs().filter(pk=run_id, owner_id=owner, owner_epoch=epoch)
+
+    def announce_finish(
+        self, run_id: str, workflow_id: str, workflow_name: str, status: str, error_json: str | None
+    ) -> None:
+        if status == RunStatus.COMPLETED:
+            self.announce(signals.run_completed, run_id, workflow_id, workflow_name)
+        elif status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            error = codec.loads(error_json) if error_json else None
+            signal = signals.run_failed if status == RunStatus.FAILED else signals.run_cancelled
+            self.announce(signal, run_id, workflow_id, workflow_name, error=error)
+
+    def announce(
+        self,
+        signal: DjangoSignal,
+        run_id: uuid.UUID | str,
+        workflow_id: str,
+        workflow_name: str,
+        **extra: Any,
+    ) -> None:
+        """Send a Django signal once the current transaction commits (at once in autocommit)."""
+        if not signal.has_listeners(WorkflowRun):
+            return
+
+        def send() -> None:
+            for receiver, response in signal.send_robust(
+                sender=WorkflowRun,
+                run_id=str(run_id),
+                workflow_id=workflow_id,
+                workflow_name=workflow_name,
+                **extra,
+            ):
+                if isinstance(response, Exception):
+                    logger.error(
+                        "run %s: receiver %r of a django_weft signal raised",
+                        run_id,
+                        receiver,
+                        exc_info=response,
+                    )
+
+        transaction.on_commit(send, using=self.alias)
 
     def db_now(self) -> datetime:
         """The database clock (the transaction's start on PostgreSQL), or the virtual
         clock's time if a test installed one (:mod:`django_weft.engine.clock`)."""
-        if not self._clock_in_sql:
-            return self._local_now()
+        if not self.clock_in_sql:
+            return self.local_now()
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT now()")
-            return _aware(cursor.fetchone()[0])
+            return aware(cursor.fetchone()[0])
 
-    def _transition_now(self) -> datetime:
+    def transition_now(self) -> datetime:
         """The database clock *after* the row lock was taken (``clock_timestamp()``, not the
         transaction's start): later than every commit the lock waited for."""
-        if not self._clock_in_sql:
-            return self._local_now()
+        if not self.clock_in_sql:
+            return self.local_now()
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT clock_timestamp()")
-            return _aware(cursor.fetchone()[0])
+            return aware(cursor.fetchone()[0])
 
-    def _sql_now(self, params: dict[str, Any]) -> str:
+    def sql_now(self, params: dict[str, Any]) -> str:
         """The time inside a PostgreSQL statement: ``now()``, or with a virtual clock
         installed a parameter ``%(now)s`` bound to its time (added to ``params``)."""
-        if self._clock_in_sql:
+        if self.clock_in_sql:
             return "now()"
-        params["now"] = self._local_now()
+        params["now"] = self.local_now()
         return "%(now)s"
 
-    def _claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> tuple[Any, ...] | None:
+    def claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> tuple[Any, ...] | None:
         # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
         # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
         returning = (
             "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
             "parent_id, search_attributes, cancel_request"
         )
-        if self._clock_in_sql:
+        if self.clock_in_sql:
             sql = (
                 f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
                 "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
@@ -137,10 +237,10 @@ class SqlStatements(StoreBase):
                 "lease_expires_at < now() - %(grace)s * interval '1 second') "
                 f"{returning}, now()"
             )
-            params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self._run_key(run_id)}
+            params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self.run_key(run_id)}
         else:
             # SQLite, or a virtual clock: the times are computed here and bound.
-            now = self._local_now()
+            now = self.local_now()
             sql = (
                 f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
                 "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
@@ -150,10 +250,10 @@ class SqlStatements(StoreBase):
             )
             params = {
                 "owner": owner,
-                "id": self._run_key(run_id),
-                "now": self._dt(now),
-                "until": self._dt(now + timedelta(seconds=ttl)),
-                "cutoff": self._dt(now - timedelta(seconds=grace)),
+                "id": self.run_key(run_id),
+                "now": self.dt(now),
+                "until": self.dt(now + timedelta(seconds=ttl)),
+                "cutoff": self.dt(now - timedelta(seconds=grace)),
             }
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -166,7 +266,7 @@ class SqlStatements(StoreBase):
             f"FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"id": self._run_key(run_id)})
+            cursor.execute(sql, {"id": self.run_key(run_id)})
             return {row[0]: _step_record(row) for row in cursor.fetchall()}
 
     def _step_sql(self) -> str:
@@ -219,9 +319,7 @@ class SqlStatements(StoreBase):
             "stamp": adapt(step.finished_at or step.started_at),
         }
 
-    def _write_step(
-        self, cursor: CursorWrapper, run_id: str, owner: str, epoch: int, step: StepWrite
-    ) -> None:
+    def write_step(self, cursor: CursorWrapper, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
         cursor.execute(self._step_sql(), self._step_params(run_id, owner, epoch, step))
         self._check_step_written(cursor.fetchone(), run_id, owner, epoch, step)
 
@@ -230,7 +328,7 @@ class SqlStatements(StoreBase):
         row: tuple[Any, ...] | None, run_id: str, owner: str, epoch: int, step: StepWrite
     ) -> None:
         if row is None:
-            raise _deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
+            raise deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
 
     def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
         """Record one step in one statement, fenced on (owner, epoch). Raises ``Deposed``."""
@@ -255,7 +353,7 @@ class SqlStatements(StoreBase):
             self._check_step_written(row, run_id, owner, epoch, step)
             return
         with connection.cursor() as cursor:
-            self._write_step(cursor, run_id, owner, epoch, step)
+            self.write_step(cursor, run_id, owner, epoch, step)
 
     def set_search_attributes(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, attributes: dict[str, Any]
@@ -271,7 +369,7 @@ class SqlStatements(StoreBase):
         params = self._step_params(run_id, owner, epoch, step)
         if self.is_postgres:
             kept = {key: value for key, value in attributes.items() if value is not None}
-            now = self._sql_now(params)
+            now = self.sql_now(params)
             sql = (
                 f"WITH fence AS (UPDATE {RUN_TABLE} SET search_attributes = "
                 f"(search_attributes || %(set)s::jsonb) - %(removed)s::text[], updated_at = {now} "
@@ -293,10 +391,10 @@ class SqlStatements(StoreBase):
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             if cursor.rowcount != 1:
-                raise _deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
-            self._write_step(cursor, run_id, owner, epoch, step)
+                raise deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
+            self.write_step(cursor, run_id, owner, epoch, step)
 
-    def _write_timers(
+    def write_timers(
         self, cursor: CursorWrapper, run_id: str, timers: Iterable[TimerWrite], now: datetime
     ) -> None:
         sql = (
@@ -308,15 +406,15 @@ class SqlStatements(StoreBase):
             cursor.execute(
                 sql,
                 {
-                    "id": self._run_key(run_id),
+                    "id": self.run_key(run_id),
                     "seq": timer.seq,
                     "kind": timer.kind,
-                    "fire_at": self._dt(timer.fire_at),
-                    "now": self._dt(now),
+                    "fire_at": self.dt(timer.fire_at),
+                    "now": self.dt(now),
                 },
             )
 
-    def _finish_in_one_statement(
+    def finish_in_one_statement(
         self,
         run_id: str,
         owner: str,
@@ -333,10 +431,10 @@ class SqlStatements(StoreBase):
         # timer DELETE only sees a row if the UPDATE matched.
         params: dict[str, Any] = {
             "status": status, "result": result_json, "error": error_json, "category": category,
-            "id": self._run_key(run_id), "owner": owner, "epoch": epoch,
-            "unanswered": codec.dumps(_unanswered_error(status)),
+            "id": self.run_key(run_id), "owner": owner, "epoch": epoch,
+            "unanswered": codec.dumps(unanswered_error(status)),
         }  # fmt: skip
-        now = self._sql_now(params)
+        now = self.sql_now(params)
         sql = (
             f"WITH done AS (UPDATE {RUN_TABLE} SET status = %(status)s, result = %(result)s::jsonb, "
             "error = %(error)s::jsonb, failure_category = %(category)s, owner_id = NULL, "
@@ -355,11 +453,11 @@ class SqlStatements(StoreBase):
             row = cursor.fetchone()
         return None if row is None else (row[0], row[1])
 
-    def _renew_leases_in_one_statement(self, keys: list[Any], owner: str, ttl: float) -> None:
+    def renew_leases_in_one_statement(self, keys: list[Any], owner: str, ttl: float) -> None:
         """PostgreSQL: extend the leases of the runs ``keys`` still owned by ``owner``,
         skipping rows locked right now."""
         params: dict[str, Any] = {"ttl": ttl, "ids": keys, "owner": owner}
-        now = self._sql_now(params)
+        now = self.sql_now(params)
         sql = (
             f"UPDATE {RUN_TABLE} SET lease_expires_at = {now} + %(ttl)s * interval '1 second' "
             f"WHERE id IN (SELECT id FROM {RUN_TABLE} WHERE id = ANY(%(ids)s) AND owner_id = %(owner)s "
@@ -368,12 +466,12 @@ class SqlStatements(StoreBase):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
 
-    def _lock_workflow_id(self, workflow_id: str) -> None:
+    def lock_workflow_id(self, workflow_id: str) -> None:
         """PostgreSQL: a transaction-scoped advisory lock on a workflow id."""
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
 
-    def _copy_for_reset(self, old: uuid.UUID, new: uuid.UUID, cut: int, now: datetime) -> None:
+    def copy_for_reset(self, old: uuid.UUID, new: uuid.UUID, cut: int, now: datetime) -> None:
         """A reset's copies, from run ``old`` to run ``new``, each one ``INSERT ... SELECT``
         (payloads never leave the database; times are kept as recorded):
 
@@ -383,7 +481,7 @@ class SqlStatements(StoreBase):
         - every update in arrival order: with its outcome if it was applied before the cut
           (or answered without being applied), else accepted again, to be applied by the
           new run (those pending, and those applied at or after the cut)."""
-        params = {"old": self._run_key(old), "new": self._run_key(new), "cut": cut, "now": self._dt(now)}
+        params = {"old": self.run_key(old), "new": self.run_key(new), "cut": cut, "now": self.dt(now)}
         again = "(status = 'accepted' OR applied_seq >= %(cut)s)"
         statements = (
             f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "

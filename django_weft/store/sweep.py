@@ -20,23 +20,40 @@ from ..engine.records import (
     TimerKind,
 )
 from ..models import Timer
-from .attempts import AttemptsMixin
-from .children import ChildrenMixin
+from .attempts import ActivityAttempts
+from .children import Children
+from .sql import StoreSql
+from .transitions import LOCKED_FIELDS, RunTransitions
+from .waking import Waking
 
 logger = logging.getLogger("django_weft.store")
 timer_log = logging.getLogger("django_weft.timers")
 
 
-class SweepMixin(ChildrenMixin, AttemptsMixin):
+class Sweep:
     """The sweep's batches; every row is taken with ``SKIP LOCKED``."""
+
+    def __init__(
+        self,
+        sql: StoreSql,
+        waking: Waking,
+        attempts: ActivityAttempts,
+        transitions: RunTransitions,
+        children: Children,
+    ) -> None:
+        self.sql = sql
+        self.waking = waking
+        self.attempts = attempts
+        self.transitions = transitions
+        self.children = children
 
     def fire_due_timers(self, batch: int) -> list[str]:
         """Fire up to ``batch`` due timers and make their runs runnable; return the run ids
         to dispatch. ``skip_locked`` lets several sweepers share the work: each timer is
         fired by exactly one of them."""
-        timers = Timer.objects.using(self.alias)
-        with transaction.atomic(using=self.alias):
-            now = self.db_now()
+        timers = Timer.objects.using(self.sql.alias)
+        with transaction.atomic(using=self.sql.alias):
+            now = self.sql.db_now()
             # Find candidates without locks, then lock run rows before timer rows: the
             # same order as park and claim, so the sweep never deadlocks with a turn.
             # Finalizer timers are the finalizers' (claim_due_finalizers): their runs are finished.
@@ -45,7 +62,7 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
             if not candidates:
                 return []
             locked_runs = list(
-                self._runs()
+                self.sql.runs()
                 .filter(pk__in=candidates)
                 .select_for_update(skip_locked=True)
                 .values_list("pk", flat=True)
@@ -62,29 +79,31 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
             timers.filter(pk__in=[pk for pk, _, _, _ in due]).update(fired_at=now)
             for pk, run, seq, kind in due:
                 timer_log.debug("fired timer %s (run %s, position %s, %s) in the sweep", pk, run, seq, kind)
-            self._lose_attempts([(run, seq) for _, run, seq, kind in due if kind == TimerKind.ACTIVITY], now)
+            self.attempts.lose_attempts(
+                [(run, seq) for _, run, seq, kind in due if kind == TimerKind.ACTIVITY], now
+            )
             timed_out = self._time_out_due({run for _, run, _, kind in due if kind == TimerKind.DEADLINE})
             delayed = {run for _, run, _, kind in due if kind == Timer.Kind.DELAYED_START} - timed_out
             waking = {run for _, run, _, kind in due if kind != Timer.Kind.DELAYED_START} - timed_out
             woken = list(
-                self._runs()
+                self.sql.runs()
                 .filter(
                     Q(pk__in=waking, status=RunStatus.WAITING) | Q(pk__in=delayed, status=RunStatus.PENDING)
                 )
                 .values_list("pk", flat=True)
             )
             if woken:
-                self._runs().filter(pk__in=woken).update(
+                self.sql.runs().filter(pk__in=woken).update(
                     status=RunStatus.RUNNING, ready_at=now, waiting_on=None, updated_at=now
                 )
             parents = set(
-                self._runs()
+                self.sql.runs()
                 .filter(pk__in=timed_out, parent__isnull=False)
                 .values_list("parent_id", flat=True)
             )
         for parent in parents:
-            with transaction.atomic(using=self.alias):
-                if self._wake_parent(parent):
+            with transaction.atomic(using=self.sql.alias):
+                if self.waking.wake_parent(parent):
                     woken.append(parent)
         return [str(run) for run in woken]
 
@@ -94,7 +113,7 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
         a parent still waiting while a child it has not recorded yet has finished."""
         finished = sorted(TERMINAL_STATUSES - {RunStatus.CONTINUED})
         candidates = list(
-            self._runs()
+            self.sql.runs()
             .filter(
                 status=RunStatus.WAITING,
                 children__status__in=finished,
@@ -110,8 +129,8 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
         )
         woken = []
         for parent in candidates:
-            with transaction.atomic(using=self.alias):
-                if self._wake_parent(parent):
+            with transaction.atomic(using=self.sql.alias):
+                if self.waking.wake_parent(parent):
                     woken.append(str(parent))
         return woken
 
@@ -120,10 +139,10 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
         timers due): an external transition, so a worker still driving one is deposed."""
         timed_out = set()
         for run_pk in runs:
-            run = self._runs().filter(pk=run_pk).values(*self._LOCKED_FIELDS, "execution_deadline").first()
+            run = self.sql.runs().filter(pk=run_pk).values(*LOCKED_FIELDS, "execution_deadline").first()
             if run is None or run["status"] not in ACTIVE_STATUSES:
                 continue
-            self._time_out_locked(run_pk, run, run["execution_deadline"] or self.db_now())
+            self.transitions.time_out_locked(run_pk, run, run["execution_deadline"] or self.sql.db_now())
             timed_out.add(run_pk)
             logger.info("run %s (%s %s): timed out", run_pk, run["workflow_name"], run["workflow_id"])
         return timed_out
@@ -140,8 +159,8 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
         the time since its last dispatch is at least the time it had been waiting when
         it was dispatched. On a cluster that is behind, queues are not flooded with
         copies of the same work."""
-        with transaction.atomic(using=self.alias):
-            now = self.db_now()
+        with transaction.atomic(using=self.sql.alias):
+            now = self.sql.db_now()
             recently = now - timedelta(seconds=redispatch_after)
             since_last = ExpressionWrapper(Value(now) - F("dispatched_at"), output_field=DurationField())
 
@@ -156,7 +175,7 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
                 return ExpressionWrapper(F("dispatched_at") - F(waiting_since), output_field=DurationField())
 
             runnable = list(
-                self._runs()
+                self.sql.runs()
                 .runnable()
                 .alias(waited=waited("ready_at"))
                 .filter(due("ready_at"))
@@ -165,7 +184,7 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
                 .values_list("pk", flat=True)[:batch]
             )
             expired = list(
-                self._runs()
+                self.sql.runs()
                 .expired_leases(now, grace)
                 .alias(waited=waited("lease_expires_at"))
                 .filter(due("lease_expires_at"))
@@ -174,15 +193,15 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
             )
             ids = runnable + expired
             if ids:
-                self._runs().filter(pk__in=ids).update(dispatched_at=now)
+                self.sql.runs().filter(pk__in=ids).update(dispatched_at=now)
         return [str(run) for run in runnable], [str(run) for run in expired]
 
     def close_orphaned_children(self, batch: int) -> list[str]:
-        """The sweep's backstop for :meth:`close_children` (a process that closed a parent
+        """The sweep's backstop for :meth:`Children.close_children` (a process that closed a parent
         and died before its children were handled): live children of finished parents
         whose policy is not "abandon"."""
         orphans = list(
-            self._runs()
+            self.sql.runs()
             .filter(parent__isnull=False, status__in=list(ACTIVE_STATUSES))
             .filter(parent__status__in=sorted(TERMINAL_STATUSES))
             .exclude(parent_close_policy="abandon")
@@ -197,5 +216,5 @@ class SweepMixin(ChildrenMixin, AttemptsMixin):
         )
         cancelled: list[str] = []
         for parent in orphans:
-            cancelled += self.close_children(str(parent), f"its parent run {parent} closed")
+            cancelled += self.children.close_children(str(parent), f"its parent run {parent} closed")
         return cancelled

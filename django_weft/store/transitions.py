@@ -1,5 +1,5 @@
-"""External transitions (docs/explanation/guarantees.md): cancel, time out, suspend, resume, retry; and the
-cancellation request, which is not a transition.
+"""External transitions (docs/explanation/guarantees.md): cancel, time out, suspend,
+resume, retry; and the cancellation request, which is not a transition.
 
 Cancel, time-out and suspend may be committed by any process, owner or not. Each
 locks the run row, writes the new status and rotates the epoch (owner cleared) in
@@ -38,8 +38,9 @@ from ..engine.records import (
 )
 from ..models import Signal, Step, Timer, Update
 from ..models.messages import UpdateStatus
-from .finalizers import FinalizersMixin
-from .waking import WakingMixin
+from .finalizers import Finalizers
+from .sql import StoreSql
+from .waking import Waking
 
 
 @dataclass(frozen=True)
@@ -75,16 +76,23 @@ class Transition:
         )
 
 
-class TransitionsMixin(FinalizersMixin, WakingMixin):
+LOCKED_FIELDS = (
+    "status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id", "cancel_request",
+    "reset_to",
+)  # fmt: skip
+"""What a transition reads of the run row it locks (the sweep reads them to time a run out)."""
+
+
+class RunTransitions:
     """Transitions any process may commit; the closing ones rotate the epoch."""
 
-    _LOCKED_FIELDS = (
-        "status", "workflow_id", "workflow_name", "waiting_on", "error", "parent_id", "cancel_request",
-        "reset_to",
-    )  # fmt: skip
+    def __init__(self, sql: StoreSql, waking: Waking, finalizers: Finalizers) -> None:
+        self.sql = sql
+        self.waking = waking
+        self.finalizers = finalizers
 
     def _lock_run(self, run_pk: uuid.UUID) -> dict[str, Any]:
-        run = self._runs().select_for_update().filter(pk=run_pk).values(*self._LOCKED_FIELDS).first()
+        run = self.sql.runs().select_for_update().filter(pk=run_pk).values(*LOCKED_FIELDS).first()
         if run is None:
             raise WorkflowNotFound(f"run {run_pk} does not exist", ref=str(run_pk))
         return run
@@ -119,8 +127,8 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
     ) -> None:
         """Close a locked run externally: terminal status, epoch rotated, owner cleared,
         unfired timers removed, pending updates failed."""
-        now = self._transition_now()
-        self._runs().filter(pk=run_pk).update(
+        now = self.sql.transition_now()
+        self.sql.runs().filter(pk=run_pk).update(
             status=status,
             error=error,
             failure_category=category,
@@ -133,17 +141,17 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             finished_at=now,
             updated_at=now,
         )
-        Timer.objects.using(self.alias).filter(run_id=run_pk).unfired().delete()
-        Update.objects.using(self.alias).filter(run_id=run_pk, status=UpdateStatus.ACCEPTED).update(
+        Timer.objects.using(self.sql.alias).filter(run_id=run_pk).unfired().delete()
+        Update.objects.using(self.sql.alias).filter(run_id=run_pk, status=UpdateStatus.ACCEPTED).update(
             status=UpdateStatus.FAILED,
             error={"type": UPDATE_ERROR_ON_CLOSE[status], "message": error["message"]},
             updated_at=now,
         )
-        run["finalizer"] = self._schedule_finalizer(run_pk, run["workflow_name"], now)
+        run["finalizer"] = self.finalizers.schedule_finalizer(run_pk, run["workflow_name"], now)
         signal = signals.run_cancelled if status == RunStatus.CANCELLED else signals.run_timed_out
-        self._announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
+        self.sql.announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
         if run["parent_id"] is not None and wake_parent:
-            run["woken_parent"] = self._wake_parent(run["parent_id"])
+            run["woken_parent"] = self.waking.wake_parent(run["parent_id"])
 
     def cancel(self, run_pk: uuid.UUID, reason: str | None) -> Transition:
         """Cancel an active (pending, running, waiting or suspended) run, in the caller's
@@ -173,9 +181,9 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             if from_parent and not current.from_parent:
                 # The parent's request is the pending one too: the sweep need not send it.
                 marked = replace(current, from_parent=True).as_json()
-                self._runs().filter(pk=run_pk).update(cancel_request=marked)
+                self.sql.runs().filter(pk=run_pk).update(cancel_request=marked)
             return Transition.of(run_pk, run, RunStatus(run["status"]), duplicate=True)
-        now = self._transition_now()
+        now = self.sql.transition_now()
         request = CancelRequest(
             now.isoformat(), reason, from_parent=from_parent or bool(current and current.from_parent)
         )
@@ -184,11 +192,11 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         if woken:
             self._make_runnable(run_pk, dispatched, cancel_request=request.as_json())
         else:
-            self._runs().filter(pk=run_pk).update(cancel_request=request.as_json(), updated_at=now)
+            self.sql.runs().filter(pk=run_pk).update(cancel_request=request.as_json(), updated_at=now)
         status = RunStatus.RUNNING if woken else RunStatus(run["status"])
         return Transition.of(run_pk, run, status, woken=woken)
 
-    def _time_out_locked(self, run_pk: uuid.UUID, run: dict[str, Any], deadline: datetime) -> None:
+    def time_out_locked(self, run_pk: uuid.UUID, run: dict[str, Any], deadline: datetime) -> None:
         error = {
             "type": ErrorType.EXECUTION_TIMEOUT,
             "message": f"the run passed its execution deadline ({deadline.isoformat()})",
@@ -203,8 +211,8 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         run = self._lock_run(run_pk)
         if run["status"] not in (RunStatus.RUNNING, RunStatus.WAITING):
             raise self._refuse(run_pk, run, "suspended", "a running or waiting")
-        now = self._transition_now()
-        self._runs().filter(pk=run_pk).update(
+        now = self.sql.transition_now()
+        self.sql.runs().filter(pk=run_pk).update(
             status=RunStatus.SUSPENDED,
             owner_id=None,
             owner_epoch=F("owner_epoch") + 1,
@@ -213,7 +221,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
             dispatched_at=None,
             updated_at=now,
         )
-        self._announce(signals.run_suspended, run_pk, run["workflow_id"], run["workflow_name"])
+        self.sql.announce(signals.run_suspended, run_pk, run["workflow_id"], run["workflow_name"])
         return Transition.of(run_pk, run, RunStatus.SUSPENDED)
 
     def resume(self, run_pk: uuid.UUID, *, dispatched: bool) -> Transition:
@@ -224,12 +232,12 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         if run["status"] != RunStatus.SUSPENDED:
             raise self._refuse(run_pk, run, "resumed", "a suspended")
         self._make_runnable(run_pk, dispatched)
-        self._announce(signals.run_resumed, run_pk, run["workflow_id"], run["workflow_name"])
+        self.sql.announce(signals.run_resumed, run_pk, run["workflow_id"], run["workflow_name"])
         return Transition.of(run_pk, run, RunStatus.RUNNING)
 
     def _make_runnable(self, run_pk: uuid.UUID, dispatched: bool, **fields: Any) -> None:
-        now = self._transition_now()
-        self._runs().filter(pk=run_pk).update(
+        now = self.sql.transition_now()
+        self.sql.runs().filter(pk=run_pk).update(
             status=RunStatus.RUNNING,
             ready_at=now,
             dispatched_at=now if dispatched else None,
@@ -257,7 +265,7 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
         error = run["error"] or {}
         failed_seq = error.get("seq") if isinstance(error.get("seq"), int) else None
         try:
-            with transaction.atomic(using=self.alias):
+            with transaction.atomic(using=self.sql.alias):
                 self._make_runnable(
                     run_pk,
                     dispatched,
@@ -276,20 +284,20 @@ class TransitionsMixin(FinalizersMixin, WakingMixin):
                 status=run["status"],
             ) from None
         if failed_seq is not None:
-            Step.objects.using(self.alias).filter(run_id=run_pk, seq__gte=failed_seq).delete()
+            Step.objects.using(self.sql.alias).filter(run_id=run_pk, seq__gte=failed_seq).delete()
             # Signals those steps consumed go back to the buffer, to be consumed again; so
             # does a cancellation request received among them.
-            Signal.objects.using(self.alias).filter(run_id=run_pk, consumed_seq__gte=failed_seq).update(
+            Signal.objects.using(self.sql.alias).filter(run_id=run_pk, consumed_seq__gte=failed_seq).update(
                 consumed_seq=None
             )
             request = CancelRequest.of(run["cancel_request"])
             if request is not None and request.seq is not None and request.seq >= failed_seq:
-                self._runs().filter(pk=run_pk).update(cancel_request=replace(request, seq=None).as_json())
-        Timer.objects.using(self.alias).filter(run_id=run_pk).delete()
-        deadline = self._runs().filter(pk=run_pk).values_list("execution_deadline", flat=True).first()
+                self.sql.runs().filter(pk=run_pk).update(cancel_request=replace(request, seq=None).as_json())
+        Timer.objects.using(self.sql.alias).filter(run_id=run_pk).delete()
+        deadline = self.sql.runs().filter(pk=run_pk).values_list("execution_deadline", flat=True).first()
         if deadline is not None:
             # The deadline still holds (one already passed times the run out at the next sweep).
-            Timer.objects.using(self.alias).create(
+            Timer.objects.using(self.sql.alias).create(
                 run_id=run_pk, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=deadline
             )
         return Transition.of(run_pk, run, RunStatus.RUNNING, removed_from=failed_seq)

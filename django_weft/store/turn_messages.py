@@ -1,6 +1,6 @@
 """The engine's port for messages during a turn: pending signals and updates, consuming
 a signal, applying and answering an update, receiving a cancellation request; all
-fenced. Also what a running activity reads to learn its run asked for cancellation."""
+fenced; and what a running activity reads to learn its run asked for cancellation."""
 
 from __future__ import annotations
 
@@ -20,12 +20,17 @@ from ..engine.records import (
 )
 from ..models import Signal, Timer, Update
 from ..models.messages import UpdateStatus
-from .base import _deposed
-from .sql import SqlStatements
+from .base import deposed
+from .sql import StoreSql
 
 
-class TurnMessagesMixin(SqlStatements):
-    """The owner's side of signals and updates during a turn, fenced on (owner, epoch)."""
+class TurnMessages:
+    """The owner's side of signals and updates during a turn, fenced on (owner, epoch):
+    the message half of the engine's port, which
+    :class:`~django_weft.store.RunTurns` hands on to it."""
+
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
 
     def pending_messages(self, run_id: str) -> list[PendingMessage]:
         """Unconsumed signals and accepted, unapplied updates of the run, oldest first.
@@ -36,14 +41,14 @@ class TurnMessagesMixin(SqlStatements):
         key = uuid.UUID(str(run_id))
         signals = [
             (received, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload))
-            for pk, name, payload, received in Signal.objects.using(self.alias)
+            for pk, name, payload, received in Signal.objects.using(self.sql.alias)
             .filter(run_id=key, consumed_seq__isnull=True)
             .order_by("id")
             .values_list("pk", "name", "payload", "received_at")
         ]
         updates = [
             (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id, validated))
-            for pk, name, payload, update_id, validated, created in Update.objects.using(self.alias)
+            for pk, name, payload, update_id, validated, created in Update.objects.using(self.sql.alias)
             .filter(run_id=key, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
             .order_by("id")
             .values_list("pk", "name", "payload", "update_id", "validated", "created_at")
@@ -68,28 +73,28 @@ class TurnMessagesMixin(SqlStatements):
         the signal it took and drop the wait's timeout timer, in one fenced transaction.
         The step write locks the run row first (the order every writer follows)."""
         key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.alias):
-            with self.connection.cursor() as cursor:
-                self._write_step(cursor, run_id, owner, epoch, step)
+        with transaction.atomic(using=self.sql.alias):
+            with self.sql.connection.cursor() as cursor:
+                self.sql.write_step(cursor, run_id, owner, epoch, step)
             if signal_pk is not None:
                 consumed = (
-                    Signal.objects.using(self.alias)
+                    Signal.objects.using(self.sql.alias)
                     .filter(pk=signal_pk, run_id=key, consumed_seq__isnull=True)
                     .update(consumed_seq=step.seq)
                 )
                 if not consumed:
                     raise AssertionError(f"signal {signal_pk} of run {run_id} was consumed twice")
-            Timer.objects.using(self.alias).filter(run_id=key, seq=step.seq).unfired().delete()
+            Timer.objects.using(self.sql.alias).filter(run_id=key, seq=step.seq).unfired().delete()
 
     def apply_update(self, run_id: str, owner: str, epoch: int, step: StepWrite, update_pk: int) -> None:
         """Record that the update's handler starts at ``step.seq`` (fenced); from then on
         the update is not pending, and a crash re-runs the handler from its step."""
-        with transaction.atomic(using=self.alias):
-            with self.connection.cursor() as cursor:
-                self._write_step(cursor, run_id, owner, epoch, step)
-            Update.objects.using(self.alias).filter(
+        with transaction.atomic(using=self.sql.alias):
+            with self.sql.connection.cursor() as cursor:
+                self.sql.write_step(cursor, run_id, owner, epoch, step)
+            Update.objects.using(self.sql.alias).filter(
                 pk=update_pk, run_id=uuid.UUID(str(run_id)), applied_seq__isnull=True
-            ).update(applied_seq=step.seq, updated_at=self._now_value())
+            ).update(applied_seq=step.seq, updated_at=self.sql.now_value())
 
     def answer_update(
         self,
@@ -105,26 +110,28 @@ class TurnMessagesMixin(SqlStatements):
     ) -> None:
         """Record the update's outcome on its step and on its row, fenced: the caller
         waiting for the update reads the row."""
-        with transaction.atomic(using=self.alias):
-            with self.connection.cursor() as cursor:
-                self._write_step(cursor, run_id, owner, epoch, step)
-            Update.objects.using(self.alias).filter(
+        with transaction.atomic(using=self.sql.alias):
+            with self.sql.connection.cursor() as cursor:
+                self.sql.write_step(cursor, run_id, owner, epoch, step)
+            Update.objects.using(self.sql.alias).filter(
                 pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
             ).update(
                 status=UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
                 result=codec.loads(result_json) if result_json is not None else None,
                 error=codec.loads(error_json) if error_json is not None else None,
-                updated_at=self._now_value(),
+                updated_at=self.sql.now_value(),
             )
 
     def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
         """Answer a pending update with ``error`` without applying it, fenced."""
-        with transaction.atomic(using=self.alias):
-            if not list(self._owned(run_id, owner, epoch).select_for_update().values_list("pk", flat=True)):
-                raise _deposed(run_id, owner, epoch, f"failing update {update_pk}")
-            Update.objects.using(self.alias).filter(
+        with transaction.atomic(using=self.sql.alias):
+            if not list(
+                self.sql.owned(run_id, owner, epoch).select_for_update().values_list("pk", flat=True)
+            ):
+                raise deposed(run_id, owner, epoch, f"failing update {update_pk}")
+            Update.objects.using(self.sql.alias).filter(
                 pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
-            ).update(status=UpdateStatus.FAILED, error=error, updated_at=self._now_value())
+            ).update(status=UpdateStatus.FAILED, error=error, updated_at=self.sql.now_value())
 
     def deliver_cancel_request(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, delivered: CancelRequest, at: int | None
@@ -134,36 +141,20 @@ class TurnMessagesMixin(SqlStatements):
         sleep, timeout and retry timers of the blocking operation at ``at`` (a queued
         activity's lease stays: the activity may still be running), in one transaction."""
         key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.alias):
-            with self.connection.cursor() as cursor:
-                self._write_step(cursor, run_id, owner, epoch, step)
-            self._runs().filter(pk=key).update(cancel_request=delivered.as_json())
+        with transaction.atomic(using=self.sql.alias):
+            with self.sql.connection.cursor() as cursor:
+                self.sql.write_step(cursor, run_id, owner, epoch, step)
+            self.sql.runs().filter(pk=key).update(cancel_request=delivered.as_json())
             if at is not None:
-                Timer.objects.using(self.alias).filter(run_id=key, seq=at).unfired().exclude(
+                Timer.objects.using(self.sql.alias).filter(run_id=key, seq=at).unfired().exclude(
                     kind=TimerKind.ACTIVITY
                 ).delete()
 
     def cancellation_requested(self, run_id: str, seq: int) -> str | None:
         """Why the activity at ``seq`` of the run should stop, or ``None`` (one read)."""
-        row = self._runs().filter(pk=uuid.UUID(str(run_id))).values_list("status", "cancel_request").first()
+        row = (
+            self.sql.runs().filter(pk=uuid.UUID(str(run_id))).values_list("status", "cancel_request").first()
+        )
         if row is None:
             return cancellation_seen(None, None, seq)
         return cancellation_seen(row[0], CancelRequest.of(row[1]), seq)
-
-    def cancellations_requested(self, attempts: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """For the worker's heartbeat: which of the running activities ``(run_id, seq)``
-        should stop, and why, in one read."""
-        keys = {uuid.UUID(str(run_id)) for run_id, _ in attempts}
-        rows = {
-            str(pk): (status, CancelRequest.of(request))
-            for pk, status, request in self._runs()
-            .filter(pk__in=list(keys))
-            .values_list("pk", "status", "cancel_request")
-        }
-        seen: dict[tuple[str, int], str] = {}
-        for run_id, seq in attempts:
-            status, request = rows.get(str(uuid.UUID(str(run_id))), (None, None))
-            why = cancellation_seen(status, request, seq)
-            if why is not None:
-                seen[(run_id, seq)] = why
-        return seen

@@ -1,12 +1,13 @@
 """The engine's port for a turn: claim, fenced step commits, park, the terminal commits,
-release and lease renewal (docs/explanation/guarantees.md)."""
+release and lease renewal; the messages and children of a turn are handed on
+to :mod:`.turn_messages` and :mod:`.children` (docs/explanation/guarantees.md)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -22,8 +23,11 @@ from ..engine.parking import (
 from ..engine.records import (
     RUN_LEVEL_SEQ,
     CancelRequest,
+    ChildOutcome,
+    ChildStart,
     ClaimedRun,
     FailureCategory,
+    PendingMessage,
     RunStatus,
     StepWrite,
     TimerKind,
@@ -31,17 +35,43 @@ from ..engine.records import (
 )
 from ..models import Timer, Update
 from ..models.messages import UpdateStatus
-from .attempts import AttemptsMixin
-from .base import _deposed, _unanswered_error
-from .finalizers import FinalizersMixin
-from .sql import _aware, _json
+from .attempts import ActivityAttempts
+from .base import deposed, unanswered_error
+from .children import Children
+from .finalizers import Finalizers
+from .sql import StoreSql, aware, json_value
+from .turn_messages import TurnMessages
+from .waking import Waking
 
 logger = logging.getLogger("django_weft.store")
 timer_log = logging.getLogger("django_weft.timers")
 
 
-class TurnsMixin(FinalizersMixin, AttemptsMixin):
-    """The owner's turn: claim, fenced writes, park, finish, release, renew."""
+class RunTurns:
+    """The owner's turn: claim, fenced writes, park, finish, release, renew. The engine's
+    port (:class:`~django_weft.engine.ports.TurnStore`) on a Django database, and its only
+    implementation here; it hands a turn's messages on to :class:`TurnMessages` and its
+    children to :class:`Children`."""
+
+    def __init__(
+        self,
+        sql: StoreSql,
+        waking: Waking,
+        attempts: ActivityAttempts,
+        finalizers: Finalizers,
+        children: Children,
+        messages: TurnMessages,
+    ) -> None:
+        self.sql = sql
+        self.waking = waking
+        self.attempts = attempts
+        self.finalizers = finalizers
+        self.children = children
+        self.messages = messages
+
+    def db_now(self) -> datetime:
+        """The database clock, or a test's virtual clock (:meth:`StoreSql.db_now`)."""
+        return self.sql.db_now()
 
     def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
         """Claim a runnable run, or take over one whose lease expired more than ``grace``
@@ -52,12 +82,12 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         which a read in the claiming statement (one snapshot) would miss. The first claim
         of a run (epoch 1) skips the read: steps are only ever written under an owner's
         epoch, so a run nobody owned before has none."""
-        row = self._claim_runnable(run_id, owner, ttl, grace)
+        row = self.sql.claim_runnable(run_id, owner, ttl, grace)
         if row is None:
             # Not runnable: only a waiting or delayed run can still be claimed (woken by a
             # due timer). A cheap unlocked look first spares the transaction in the
             # common case of a duplicate delivery for a run that is owned or finished.
-            status = self._runs().filter(pk=run_id).values_list("status", flat=True).first()
+            status = self.sql.runs().filter(pk=run_id).values_list("status", flat=True).first()
             if status in (RunStatus.WAITING, RunStatus.PENDING):
                 row = self._claim_woken(run_id, owner, ttl)
             else:
@@ -66,39 +96,39 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
                 return None
         (workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, cancel_request,
          db_now) = row  # fmt: skip
-        request = CancelRequest.of(_json(cancel_request))
+        request = CancelRequest.of(json_value(cancel_request))
         return ClaimedRun(
             run_id=str(run_id),
             workflow_id=workflow_id,
             workflow_name=name,
-            args=_json(args) or [],
-            kwargs=_json(kwargs) or {},
+            args=json_value(args) or [],
+            kwargs=json_value(kwargs) or {},
             epoch=int(epoch),
             attempt=int(attempt),
-            created_at=_aware(created_at),
-            db_now=_aware(db_now),
-            steps={} if int(epoch) == 1 else self.load_steps(run_id),
+            created_at=aware(created_at),
+            db_now=aware(db_now),
+            steps={} if int(epoch) == 1 else self.sql.load_steps(run_id),
             parent_run_id=str(parent_id) if parent_id else None,
-            search_attributes=_json(attributes) or {},
+            search_attributes=json_value(attributes) or {},
             cancel_request=request if request is not None and request.pending else None,
         )
 
     def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
         """Fire the due timers of a waiting run and claim it, in one transaction."""
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             run = (
-                self._runs()
+                self.sql.runs()
                 .select_for_update(skip_locked=True)
                 .filter(pk=run_id, status__in=[RunStatus.WAITING, RunStatus.PENDING])
                 .first()
             )
             if run is None:
                 return None
-            now = self.db_now()
+            now = self.sql.db_now()
             # Lock order is always run row, then timer rows (the sweep and park do the
             # same), so a claim racing the sweep cannot deadlock; a timer the sweep holds
             # is skipped, and the sweep then makes the run runnable itself.
-            timers = Timer.objects.using(self.alias)
+            timers = Timer.objects.using(self.sql.alias)
             # A due deadline is the sweep's: it times the run out (an external transition).
             due = list(
                 timers.filter(run_id=run.pk)
@@ -112,9 +142,11 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
             timers.filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
             for pk, seq, kind in due:
                 timer_log.debug("fired timer %s (run %s, position %s, %s) on claim", pk, run.pk, seq, kind)
-            self._lose_attempts([(run.pk, seq) for _, seq, kind in due if kind == TimerKind.ACTIVITY], now)
+            self.attempts.lose_attempts(
+                [(run.pk, seq) for _, seq, kind in due if kind == TimerKind.ACTIVITY], now
+            )
             run.owner_epoch += 1
-            self._runs().filter(pk=run.pk).update(
+            self.sql.runs().filter(pk=run.pk).update(
                 status=RunStatus.RUNNING,
                 owner_id=owner,
                 owner_epoch=run.owner_epoch,
@@ -145,17 +177,19 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         if discarded_wake_disposition(status) == TimerDisposition.KEPT:
             return TimerDisposition.KEPT
         key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             # Read again under the row lock: a resume and a new park in between would
             # have re-armed the very timer rows this would delete.
-            status = self._runs().select_for_update().filter(pk=key).values_list("status", flat=True).first()
+            status = (
+                self.sql.runs().select_for_update().filter(pk=key).values_list("status", flat=True).first()
+            )
             if discarded_wake_disposition(status) == TimerDisposition.KEPT:
                 return TimerDisposition.KEPT
             self._collect_timers(run_id, key, status)
             return TimerDisposition.COLLECTED
 
     def _collect_timers(self, run_id: str, key: uuid.UUID, status: str | None) -> None:
-        timers = Timer.objects.using(self.alias).filter(run_id=key).unfired()
+        timers = Timer.objects.using(self.sql.alias).filter(run_id=key).unfired()
         surviving = timers_surviving_collection(status)
         if surviving:
             timers = timers.exclude(kind__in=sorted(surviving))
@@ -169,19 +203,47 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         """Lock and check the run row, run ``body`` (an atomic activity), record its step;
         all in one transaction on the workflow database. Raises ``Deposed`` before
         running ``body`` if the run is not ours; an exception from ``body`` rolls back."""
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             locked = (
-                self._runs()
+                self.sql.runs()
                 .select_for_update()
                 .filter(pk=run_id, owner_id=owner, owner_epoch=epoch)
                 .values_list("pk", flat=True)
             )
             if not list(locked):
-                raise _deposed(run_id, owner, epoch, "atomic activity")
+                raise deposed(run_id, owner, epoch, "atomic activity")
             step = body()
-            with self.connection.cursor() as cursor:
-                self._write_step(cursor, run_id, owner, epoch, step)
+            with self.sql.connection.cursor() as cursor:
+                self.sql.write_step(cursor, run_id, owner, epoch, step)
         return step
+
+    def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
+        """Record one step in one statement, fenced on (owner, epoch). Raises ``Deposed``."""
+        self.sql.commit_step(run_id, owner, epoch, step)
+
+    def schedule_activity(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, timer: TimerWrite
+    ) -> None:
+        """Record a queued attempt as scheduled with its dispatch deadline, fenced."""
+        with transaction.atomic(using=self.sql.alias), self.sql.connection.cursor() as cursor:
+            self.sql.write_step(cursor, run_id, owner, epoch, step)
+            self.sql.write_timers(cursor, run_id, [timer], step.started_at)
+
+    def set_finalizer_state(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str
+    ) -> None:
+        """Record the step and store ``state_json`` as the run's finalizer state, fenced."""
+        with transaction.atomic(using=self.sql.alias):
+            with self.sql.connection.cursor() as cursor:
+                self.sql.write_step(cursor, run_id, owner, epoch, step)
+            self.sql.runs().filter(pk=run_id).update(finalizer_state=codec.loads(state_json))
+
+    def set_search_attributes(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, attributes: dict[str, Any]
+    ) -> None:
+        """Record ``step`` and merge ``attributes`` into the run's search attributes, fenced:
+        both or neither (:meth:`StoreSql.set_search_attributes`)."""
+        self.sql.set_search_attributes(run_id, owner, epoch, step, attributes)
 
     def park(
         self,
@@ -200,38 +262,40 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         the activity's completion both lock the run row, so one of them sees the other.
         So it is for a cancellation request stored during the turn (every park is a
         blocking point that receives one): it is read with the row lock, at no extra cost."""
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             # Lock the run row first (fenced), then write timers: the run-then-timer lock
             # order every writer follows.
             locked = list(
-                self._owned(run_id, owner, epoch).select_for_update().values_list("cancel_request", flat=True)
+                self.sql.owned(run_id, owner, epoch)
+                .select_for_update()
+                .values_list("cancel_request", flat=True)
             )
             if not locked:
-                raise _deposed(run_id, owner, epoch, "park")
+                raise deposed(run_id, owner, epoch, "park")
             request = CancelRequest.of(locked[0])
-            now = self._local_now()
-            with self.connection.cursor() as cursor:
+            now = self.sql.local_now()
+            with self.sql.connection.cursor() as cursor:
                 for step in steps:
-                    self._write_step(cursor, run_id, owner, epoch, step)
-                self._write_timers(cursor, run_id, timers, now)
+                    self.sql.write_step(cursor, run_id, owner, epoch, step)
+                self.sql.write_timers(cursor, run_id, timers, now)
             handled = handled_updates(waiting_on, RunStatus.WAITING)
             if handled is not None:
                 self._refuse_unhandled_updates(run_id, handled)
-            if (request is not None and request.pending) or self._wait_satisfied(run_id, waiting_on):
+            if (request is not None and request.pending) or self.waking.wait_satisfied(run_id, waiting_on):
                 if not self.release(run_id, owner, epoch):
-                    raise _deposed(run_id, owner, epoch, "park")
+                    raise deposed(run_id, owner, epoch, "park")
                 return True
-            parked = self._owned(run_id, owner, epoch).update(
+            parked = self.sql.owned(run_id, owner, epoch).update(
                 status=RunStatus.WAITING,
                 waiting_on=waiting_on,
                 owner_id=None,
                 lease_expires_at=None,
                 ready_at=None,
                 dispatched_at=None,
-                updated_at=self._now_value(),
+                updated_at=self.sql.now_value(),
             )
             if not parked:
-                raise _deposed(run_id, owner, epoch, "park")
+                raise deposed(run_id, owner, epoch, "park")
         return False
 
     def _refuse_unhandled_updates(self, run_id: str, handled: frozenset[str]) -> None:
@@ -239,16 +303,16 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         checked) that it blocks without a handler for, under the park's row lock: an
         update sent during the turn cannot slip past both this and the turn's reads."""
         refused = (
-            Update.objects.using(self.alias)
+            Update.objects.using(self.sql.alias)
             .filter(run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED, validated=False)
             .exclude(name__in=handled)
             .values_list("pk", "name")
         )
         for pk, name in list(refused):
-            Update.objects.using(self.alias).filter(pk=pk).update(
+            Update.objects.using(self.sql.alias).filter(pk=pk).update(
                 status=UpdateStatus.FAILED,
                 error=unknown_update_error(name, handled),
-                updated_at=self._now_value(),
+                updated_at=self.sql.now_value(),
             )
 
     def _finish(
@@ -270,24 +334,24 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         parent's: descendants before ancestors, the order every writer follows); the
         woken parent's id is returned for its doorbell."""
         if parent is not None and status != RunStatus.CONTINUED:
-            with transaction.atomic(using=self.alias):
+            with transaction.atomic(using=self.sql.alias):
                 self._finish(
                     run_id, owner, epoch, what, status=status, result_json=result_json,
                     error_json=error_json, category=category,
                 )  # fmt: skip
-                return self._wake_parent(parent)
-        if self.is_postgres:
-            names = self._finish_in_one_statement(
+                return self.waking.wake_parent(parent)
+        if self.sql.is_postgres:
+            names = self.sql.finish_in_one_statement(
                 run_id, owner, epoch, status=status, result_json=result_json, error_json=error_json,
                 category=category,
             )  # fmt: skip
             if names is None:
-                raise _deposed(run_id, owner, epoch, what)
-            self._announce_finish(run_id, names[0], names[1], status, error_json)
+                raise deposed(run_id, owner, epoch, what)
+            self.sql.announce_finish(run_id, names[0], names[1], status, error_json)
             return None
-        with transaction.atomic(using=self.alias):
-            names = self._owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
-            finished = names is not None and self._owned(run_id, owner, epoch).update(
+        with transaction.atomic(using=self.sql.alias):
+            names = self.sql.owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
+            finished = names is not None and self.sql.owned(run_id, owner, epoch).update(
                 status=status,
                 result=codec.loads(result_json),
                 error=codec.loads(error_json),
@@ -297,18 +361,18 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
                 ready_at=None,
                 dispatched_at=None,
                 waiting_on=None,
-                finished_at=self._now_value(),
-                updated_at=self._now_value(),
+                finished_at=self.sql.now_value(),
+                updated_at=self.sql.now_value(),
             )
             if not finished:
-                raise _deposed(run_id, owner, epoch, what)
+                raise deposed(run_id, owner, epoch, what)
             key = uuid.UUID(str(run_id))
-            Timer.objects.using(self.alias).filter(run_id=key).unfired().delete()
-            Update.objects.using(self.alias).filter(run_id=key, status=UpdateStatus.ACCEPTED).update(
-                status=UpdateStatus.FAILED, error=_unanswered_error(status), updated_at=self._now_value()
+            Timer.objects.using(self.sql.alias).filter(run_id=key).unfired().delete()
+            Update.objects.using(self.sql.alias).filter(run_id=key, status=UpdateStatus.ACCEPTED).update(
+                status=UpdateStatus.FAILED, error=unanswered_error(status), updated_at=self.sql.now_value()
             )
             assert names is not None
-            self._announce_finish(run_id, names[0], names[1], status, error_json)
+            self.sql.announce_finish(run_id, names[0], names[1], status, error_json)
         return None
 
     def complete(
@@ -352,19 +416,19 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         """The owner's commit of ``cancelled`` (its workflow let a cancellation propagate),
         fenced: the terminal commit (unfired timers removed, pending updates failed, a
         waiting parent woken) and the finalizer scheduled, in one transaction."""
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.sql.alias):
             woken = self._finish(
                 run_id, owner, epoch, "cancellation", status=RunStatus.CANCELLED, error_json=error_json,
                 category=FailureCategory.CANCELLATION, parent=parent,
             )  # fmt: skip
-            self._schedule_finalizer(uuid.UUID(str(run_id)), workflow_name, self.db_now())
+            self.finalizers.schedule_finalizer(uuid.UUID(str(run_id)), workflow_name, self.sql.db_now())
         return woken
 
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
-        with transaction.atomic(using=self.alias):
-            run = self._owned(run_id, owner, epoch).select_for_update().first()
+        with transaction.atomic(using=self.sql.alias):
+            run = self.sql.owned(run_id, owner, epoch).select_for_update().first()
             if run is None:
-                raise _deposed(run_id, owner, epoch, "continue_as_new")
+                raise deposed(run_id, owner, epoch, "continue_as_new")
             successor_id = uuid.uuid4()
             pending_request = CancelRequest.of(run.cancel_request)
             if pending_request is not None and not pending_request.pending:
@@ -377,8 +441,8 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
                 status=RunStatus.CONTINUED,
                 result_json=codec.dumps({"continued_as": str(successor_id)}),
             )
-            now = self.db_now()
-            self._runs().create(
+            now = self.sql.db_now()
+            self.sql.runs().create(
                 id=successor_id,
                 workflow_id=run.workflow_id,
                 workflow_name=run.workflow_name,
@@ -398,7 +462,7 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
             )
             if run.execution_deadline is not None:
                 # The deadline covers the whole chain of runs: the successor keeps it.
-                Timer.objects.using(self.alias).create(
+                Timer.objects.using(self.sql.alias).create(
                     run_id=successor_id,
                     seq=RUN_LEVEL_SEQ,
                     kind=TimerKind.DEADLINE,
@@ -412,12 +476,12 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         With ``redispatch=False`` the sweep waits ``WEFT_REDISPATCH_AFTER`` before sending it
         out again (for a run this worker could not execute)."""
         return bool(
-            self._owned(run_id, owner, epoch).update(
+            self.sql.owned(run_id, owner, epoch).update(
                 owner_id=None,
                 lease_expires_at=None,
-                dispatched_at=None if redispatch else self._now_value(),
-                ready_at=self._now_value(),
-                updated_at=self._now_value(),
+                dispatched_at=None if redispatch else self.sql.now_value(),
+                ready_at=self.sql.now_value(),
+                updated_at=self.sql.now_value(),
             )
         )
 
@@ -429,16 +493,67 @@ class TurnsMixin(FinalizersMixin, AttemptsMixin):
         round but are not lost either. Ownership is then read without locks."""
         if not held:
             return set()
-        keys = {self._run_key(run_id): run_id for run_id in held}
-        if self.is_postgres:
-            self._renew_leases_in_one_statement(list(keys), owner, ttl)
+        keys = {self.sql.run_key(run_id): run_id for run_id in held}
+        if self.sql.is_postgres:
+            self.sql.renew_leases_in_one_statement(list(keys), owner, ttl)
         else:
-            until = self._local_now() + timedelta(seconds=ttl)
-            self._runs().filter(pk__in=list(held), owner_id=owner).update(lease_expires_at=until)
+            until = self.sql.local_now() + timedelta(seconds=ttl)
+            self.sql.runs().filter(pk__in=list(held), owner_id=owner).update(lease_expires_at=until)
         current = {
             str(pk): (owner_id, epoch)
-            for pk, owner_id, epoch in self._runs()
+            for pk, owner_id, epoch in self.sql.runs()
             .filter(pk__in=list(held))
             .values_list("pk", "owner_id", "owner_epoch")
         }
         return {run_id for run_id, epoch in held.items() if current.get(run_id) != (owner, epoch)}
+
+    # Messages during a turn (:class:`TurnMessages`).
+
+    def pending_messages(self, run_id: str) -> list[PendingMessage]:
+        return self.messages.pending_messages(run_id)
+
+    def finish_wait(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, *, signal_pk: int | None = None
+    ) -> None:
+        self.messages.finish_wait(run_id, owner, epoch, step, signal_pk=signal_pk)
+
+    def apply_update(self, run_id: str, owner: str, epoch: int, step: StepWrite, update_pk: int) -> None:
+        self.messages.apply_update(run_id, owner, epoch, step, update_pk)
+
+    def answer_update(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        step: StepWrite,
+        update_pk: int,
+        *,
+        ok: bool,
+        result_json: str | None,
+        error_json: str | None,
+    ) -> None:
+        self.messages.answer_update(
+            run_id, owner, epoch, step, update_pk, ok=ok, result_json=result_json, error_json=error_json
+        )
+
+    def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
+        self.messages.fail_update(run_id, owner, epoch, update_pk, error)
+
+    def deliver_cancel_request(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, delivered: CancelRequest, at: int | None
+    ) -> None:
+        self.messages.deliver_cancel_request(run_id, owner, epoch, step, delivered, at)
+
+    def cancellation_requested(self, run_id: str, seq: int) -> str | None:
+        return self.messages.cancellation_requested(run_id, seq)
+
+    # Children (:class:`Children`).
+
+    def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
+        self.children.start_child(run_id, owner, epoch, step, child)
+
+    def child_outcome(self, run_id: str, seq: int) -> ChildOutcome | None:
+        return self.children.child_outcome(run_id, seq)
+
+    def close_children(self, run_id: str, reason: str) -> list[str]:
+        return self.children.close_children(run_id, reason)

@@ -13,13 +13,17 @@ from ..engine.records import (
 )
 from ..models import Signal, Step, Update
 from ..models.messages import UpdateStatus
-from .sql import SqlStatements
+from .sql import StoreSql
 
 
-class WakingMixin(SqlStatements):
-    """The facts a wait decision needs, and waking a parent its child's end satisfies."""
+class Waking:
+    """The facts a wait decision needs, and waking a parent its child's end satisfies:
+    held by the areas that wake runs (turns, queued attempts, transitions, the sweep)."""
 
-    def _wait_satisfied(self, run_id: str, waiting_on: dict[str, Any] | None) -> bool:
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
+
+    def wait_satisfied(self, run_id: str, waiting_on: dict[str, Any] | None) -> bool:
         """Whether a parked run needs a turn now: a message it waits for or handles is
         pending, or (decided by :meth:`ParkedWait.satisfied_by`) its queued activities or
         children are done with. Reads only what the decision needs."""
@@ -32,7 +36,7 @@ class WakingMixin(SqlStatements):
             return False
         key = uuid.UUID(str(run_id))
         rows = list(
-            Step.objects.using(self.alias)
+            Step.objects.using(self.sql.alias)
             .filter(run_id=key, seq__in=wait.step_seqs)
             .values_list("seq", "status", "kind")
         )
@@ -41,7 +45,7 @@ class WakingMixin(SqlStatements):
         if children:
             live = {
                 seq
-                for seq in self._runs()
+                for seq in self.sql.runs()
                 .filter(parent_id=key, parent_seq__in=children, status__in=list(ACTIVE_STATUSES))
                 .values_list("parent_seq", flat=True)
                 if seq is not None
@@ -55,27 +59,29 @@ class WakingMixin(SqlStatements):
         signals = list(wait.signals)
         updates = list(wait.updates)
         if signals and (
-            Signal.objects.using(self.alias)
+            Signal.objects.using(self.sql.alias)
             .filter(run_id=key, name__in=signals, consumed_seq__isnull=True)
             .exists()
         ):
             return True
         return bool(updates) and (
-            Update.objects.using(self.alias)
+            Update.objects.using(self.sql.alias)
             .filter(run_id=key, name__in=updates, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
             .exists()
         )
 
-    def _wake_parent(self, parent_pk: uuid.UUID | str) -> str | None:
+    def wake_parent(self, parent_pk: uuid.UUID | str) -> str | None:
         """After a child's terminal write (in its transaction): make the parent runnable if
         it is parked waiting for what just happened. Returns the parent's id if woken."""
-        parent = self._runs().select_for_update().filter(pk=parent_pk).values("status", "waiting_on").first()
+        parent = (
+            self.sql.runs().select_for_update().filter(pk=parent_pk).values("status", "waiting_on").first()
+        )
         if parent is None or parent["status"] != RunStatus.WAITING:
             return None
-        if not self._wait_satisfied(str(parent_pk), parent["waiting_on"]):
+        if not self.wait_satisfied(str(parent_pk), parent["waiting_on"]):
             return None
-        now = self.db_now()
-        self._runs().filter(pk=parent_pk).update(
+        now = self.sql.db_now()
+        self.sql.runs().filter(pk=parent_pk).update(
             status=RunStatus.RUNNING, ready_at=now, waiting_on=None, dispatched_at=None, updated_at=now
         )
         return str(parent_pk)

@@ -222,12 +222,12 @@ class WeftTestEnvironment:
             # Each call fires every due timer of up to ``batch`` runs, woken or not.
             if not due.exists():
                 break
-            store.fire_due_timers(batch)
+            store.sweep.fire_due_timers(batch)
             progressed = True
         progressed = bool(fire_due_schedules(batch)) or progressed
-        progressed = bool(store.close_orphaned_children(batch)) or progressed
-        progressed = bool(store.wake_waiting_parents(batch)) or progressed
-        for run_id, attempt in store.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER):
+        progressed = bool(store.sweep.close_orphaned_children(batch)) or progressed
+        progressed = bool(store.sweep.wake_waiting_parents(batch)) or progressed
+        for run_id, attempt in store.finalizers.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER):
             run_finalizer(run_id, attempt)
             progressed = True
         return progressed

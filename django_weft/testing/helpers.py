@@ -12,14 +12,14 @@ from ..conf import weft_settings
 from ..engine.executor import Engine
 from ..engine.records import TERMINAL_STATUSES, StepStatus
 from ..models import Step, WorkflowRun
-from ..runtime import _CurrentDispatcher, run_activity, run_finalizer, tick
+from ..runtime import CurrentDispatcher, run_activity, run_finalizer, tick
 from ..runtime.dispatch import SweepOnlyDispatcher
 from ..store import DjangoStore
 
 
 def make_engine(engine_id: str | None = None) -> Engine:
     """A fresh engine with its own identity (two of them act like two worker processes)."""
-    return Engine(DjangoStore(), _CurrentDispatcher(), weft_settings.engine_config, engine_id=engine_id)
+    return Engine(DjangoStore().turns, CurrentDispatcher(), weft_settings.engine_config, engine_id=engine_id)
 
 
 def run_queued_activities(run_id: str) -> int:

@@ -211,7 +211,7 @@ def test_a_leased_job_waits_for_its_lease_and_a_stale_batch_is_not_recorded() ->
     ids = [started(f"leased-{i}") for i in range(3)]
     job = start_bulk_job("cancel", {"workflow_name": "tests.sleepy"})
     store = get_store()
-    held = store.claim_bulk_job(LEASE)  # a process that then died
+    held = store.bulk_jobs.claim_bulk_job(LEASE)  # a process that then died
     assert held is not None and held.epoch == 1
 
     assert process_bulk_jobs() == 0  # the lease holds it
@@ -221,10 +221,10 @@ def test_a_leased_job_waits_for_its_lease_and_a_stale_batch_is_not_recorded() ->
     assert process_bulk_jobs() == 3  # taken over at epoch 2
     assert get_bulk_job(job.id).status == "completed"
     # The dead process's late write is refused: another claim holds the job now.
-    assert not store.record_bulk_batch(
+    assert not store.bulk_jobs.record_bulk_batch(
         held.pk, held.epoch, done=99, skipped=[], failures=[], cursor=None, finished=False, listed=10
     )
-    assert not store.fail_bulk_job(held.pk, held.epoch, "late")
+    assert not store.bulk_jobs.fail_bulk_job(held.pk, held.epoch, "late")
     assert get_bulk_job(job.id).done == 3
 
 
@@ -232,7 +232,7 @@ def test_a_redone_batch_skips_the_runs_the_dead_process_changed() -> None:
     ids = [started(f"redo-{i}") for i in range(3)]
     job = start_bulk_job("cancel", {"workflow_name": "tests.sleepy"})
     store = get_store()
-    held = store.claim_bulk_job(LEASE)
+    held = store.bulk_jobs.claim_bulk_job(LEASE)
     assert held is not None
     client.get_handle(ids[0]).cancel()  # the dead process got this far
     BulkJob.objects.filter(pk=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))

@@ -136,10 +136,10 @@ def test_a_queued_activity_heartbeating_learns_of_the_request(mode: str) -> None
     while not count(f"{key}:started") and time.monotonic() < deadline:
         time.sleep(0.02)
     assert count(f"{key}:started") == 1
-    assert not DjangoStore().cancellation_requested(handle.run_id, 0)
+    assert not DjangoStore().turns.cancellation_requested(handle.run_id, 0)
 
     handle.cancel("stop", mode="request")
-    assert DjangoStore().cancellation_requested(handle.run_id, 0) == "cancellation requested: stop"
+    assert DjangoStore().turns.cancellation_requested(handle.run_id, 0) == "cancellation requested: stop"
     if mode == "poll":
         tell_cancellations()  # what the worker's heartbeat does every renew interval
     worker.join(30)
@@ -177,7 +177,7 @@ def test_the_workers_heartbeat_tells_a_running_activity_without_it_asking() -> N
     other = client.start("tests.x.ignores", args=["tb2"])
     park(other.run_id)
     other.cancel()
-    assert DjangoStore().cancellation_requested(other.run_id, 1) == "the run has finished (cancelled)"
+    assert DjangoStore().turns.cancellation_requested(other.run_id, 1) == "the run has finished (cancelled)"
 
 
 # -- storing a request ---------------------------------------------------------------------------
@@ -321,7 +321,7 @@ def test_the_request_cancel_close_policy_sends_a_request_and_the_sweep_does_not_
     assert reason == f"its parent run {parent.run_id} completed"
     assert children["abandon"].cancel_request is None and children["abandon"].status != "cancelled"
 
-    assert DjangoStore().close_orphaned_children(100) == []
+    assert DjangoStore().sweep.close_orphaned_children(100) == []
     assert drive(str(polite.pk)) == "cancelled"
     assert count("pc-request_cancel:release") == 1
     assert count("pc-terminate:release") == 0
@@ -337,10 +337,10 @@ def test_the_sweep_sends_the_request_a_dead_process_did_not() -> None:
     assert engine.run_turn(parent.run_id) == TurnOutcome.COMPLETED
     polite = WorkflowRun.objects.get(parent_id=parent.run_id, parent_close_policy="request_cancel")
     assert polite.cancel_request is None
-    closed = DjangoStore().close_orphaned_children(100)
+    closed = DjangoStore().sweep.close_orphaned_children(100)
     assert str(polite.pk) in closed
     assert run_of(str(polite.pk)).cancel_request["from_parent"] is True
-    assert DjangoStore().close_orphaned_children(100) == []
+    assert DjangoStore().sweep.close_orphaned_children(100) == []
 
 
 # -- the surfaces ----------------------------------------------------------------------------------
@@ -438,7 +438,7 @@ def test_a_child_with_a_pending_request_keeps_it_as_its_parents() -> None:
     assert engine.run_turn(parent.run_id) == TurnOutcome.COMPLETED
     polite = WorkflowRun.objects.get(parent_id=parent.run_id, parent_close_policy="request_cancel")
     client.get_handle(str(polite.pk)).cancel("asked first", mode="request")
-    DjangoStore().close_orphaned_children(100)  # the parent's request: one is pending already
+    DjangoStore().sweep.close_orphaned_children(100)  # the parent's request: one is pending already
     request = run_of(str(polite.pk)).cancel_request
     assert request["reason"] == "asked first" and request["from_parent"] is True
-    assert str(polite.pk) not in DjangoStore().close_orphaned_children(100)
+    assert str(polite.pk) not in DjangoStore().sweep.close_orphaned_children(100)

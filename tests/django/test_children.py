@@ -161,9 +161,9 @@ def test_a_successor_created_by_a_slower_clock_is_still_the_childs_last_run() ->
     assert make_engine().run_turn(str(first.pk)) == TurnOutcome.CONTINUED
     successor = WorkflowRun.objects.get(parent_id=handle.run_id, status="running")
     WorkflowRun.objects.filter(pk=successor.pk).update(created_at=first.created_at - timedelta(seconds=5))
-    assert DjangoStore().child_outcome(handle.run_id, 0) is None  # the successor is live
+    assert DjangoStore().turns.child_outcome(handle.run_id, 0) is None  # the successor is live
     assert drive(str(successor.pk)) == "completed"
-    outcome = DjangoStore().child_outcome(handle.run_id, 0)
+    outcome = DjangoStore().turns.child_outcome(handle.run_id, 0)
     assert outcome is not None and outcome.run_id == str(successor.pk) and outcome.status == "completed"
 
 

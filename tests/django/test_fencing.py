@@ -100,7 +100,7 @@ def test_two_engines_racing_to_claim_exactly_one_wins_200_times() -> None:
 
         def claim(owner: str, run_id: str = run_id, barrier: threading.Barrier = barrier) -> Any:
             barrier.wait()
-            return store.claim(run_id, owner, 30, 10)
+            return store.turns.claim(run_id, owner, 30, 10)
 
         threads = [in_thread(lambda owner=owner: claim(owner), owner) for owner in ("A", "B")]
         for (thread, box), owner in zip(threads, ("A", "B"), strict=True):
@@ -118,16 +118,16 @@ def test_two_engines_racing_to_claim_exactly_one_wins_200_times() -> None:
 def test_renewal_extends_the_lease_and_detects_a_takeover() -> None:
     store = DjangoStore()
     handle = client.start("tests.echo")
-    claimed = store.claim(handle.run_id, "A", 30, 10)
+    claimed = store.turns.claim(handle.run_id, "A", 30, 10)
     assert claimed is not None and claimed.epoch == 1
     before = WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at
     time.sleep(0.05)
-    assert store.renew("A", {handle.run_id: 1}, 30) == set()
+    assert store.turns.renew("A", {handle.run_id: 1}, 30) == set()
     assert WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at > before
     # Expire A's lease and let B take over: A's next renewal finds the new epoch.
     WorkflowRun.objects.filter(pk=handle.run_id).update(lease_expires_at="2000-01-01T00:00:00Z")
-    assert store.claim(handle.run_id, "B", 30, 10) is not None
-    assert store.renew("A", {handle.run_id: 1}, 30) == {handle.run_id}
+    assert store.turns.claim(handle.run_id, "B", 30, 10) is not None
+    assert store.turns.renew("A", {handle.run_id: 1}, 30) == {handle.run_id}
     assert WorkflowRun.objects.get(pk=handle.run_id).owner_epoch == 2
 
 
@@ -163,19 +163,19 @@ def test_fenced_writes_are_rejected_after_the_epoch_moves() -> None:
 
     store = DjangoStore()
     handle = client.start("tests.echo")
-    claimed = store.claim(handle.run_id, "A", 30, 10)
+    claimed = store.turns.claim(handle.run_id, "A", 30, 10)
     assert claimed is not None
     WorkflowRun.objects.filter(pk=handle.run_id).update(owner_epoch=5)  # someone rotated it
     now = store.db_now()
     write = StepWrite(0, "activity", "x", "completed", None, "1", None, 1, now, now)
     with pytest.raises(Deposed):
-        store.commit_step(handle.run_id, "A", 1, write)
+        store.turns.commit_step(handle.run_id, "A", 1, write)
     with pytest.raises(Deposed):
-        store.complete(handle.run_id, "A", 1, "1")
+        store.turns.complete(handle.run_id, "A", 1, "1")
     with pytest.raises(Deposed):
-        store.park(handle.run_id, "A", 1, {"kind": "sleep"}, [write], [])
+        store.turns.park(handle.run_id, "A", 1, {"kind": "sleep"}, [write], [])
     with pytest.raises(Deposed):
-        store.commit_step_atomic(handle.run_id, "A", 1, lambda: write)
+        store.turns.commit_step_atomic(handle.run_id, "A", 1, lambda: write)
     assert Step.objects.count() == 0
     assert WorkflowRun.objects.get(pk=handle.run_id).status == "running"
 
@@ -189,7 +189,7 @@ def test_a_deposed_engine_stops_even_if_workflow_code_catches_everything() -> No
         # Just before A records the charge, another engine takes the run over.
         if context["engine"] is engine_a:
             WorkflowRun.objects.filter(pk=handle.run_id).update(lease_expires_at="2000-01-01T00:00:00Z")
-            assert store.claim(handle.run_id, "B", 30, 10) is not None
+            assert store.turns.claim(handle.run_id, "B", 30, 10) is not None
 
     faults.arm("before_step_commit", take_over)
     assert engine_a.run_turn(handle.run_id) == TurnOutcome.DEPOSED
@@ -218,7 +218,7 @@ def test_a_takeover_that_waited_for_the_row_lock_sees_the_previous_owners_last_s
 
     handle = client.start("tests.echo")
     store = DjangoStore()
-    old = store.claim(handle.run_id, "engine-old", 0.01, 0)
+    old = store.turns.claim(handle.run_id, "engine-old", 0.01, 0)
     assert old is not None
     inside, release = threading.Event(), threading.Event()
 
@@ -229,13 +229,14 @@ def test_a_takeover_that_waited_for_the_row_lock_sees_the_previous_owners_last_s
         return StepWrite(0, "activity", "tests.noop", "completed", None, "1", None, 1, now, now)
 
     writer, _ = in_thread(
-        lambda: store.commit_step_atomic(handle.run_id, "engine-old", old.epoch, body), "old"
+        lambda: store.turns.commit_step_atomic(handle.run_id, "engine-old", old.epoch, body), "old"
     )
     assert inside.wait(10)  # the old owner holds the run row...
     time.sleep(0.05)  # ...and its 10 ms lease has surely run out before the claim starts
     claimed: dict[str, Any] = {}
     taker, _ = in_thread(
-        lambda: claimed.setdefault("run", DjangoStore().claim(handle.run_id, "engine-new", 30, 0)), "new"
+        lambda: claimed.setdefault("run", DjangoStore().turns.claim(handle.run_id, "engine-new", 30, 0)),
+        "new",
     )
     time.sleep(0.3)  # the claim is now waiting for the row lock
     release.set()
@@ -259,14 +260,14 @@ def test_only_a_runs_first_claim_skips_reading_the_history() -> None:
 
     def claim(owner: str) -> tuple[Any, list[str]]:
         with CaptureQueriesContext(connections[store.alias]) as captured:
-            claimed = store.claim(handle.run_id, owner, 0.01, 0)
+            claimed = store.turns.claim(handle.run_id, owner, 0.01, 0)
         return claimed, [q["sql"] for q in captured.captured_queries]
 
     first, sql = claim("engine-first")
     assert first is not None and first.epoch == 1 and first.steps == {}
     assert not any("django_weft_step" in statement for statement in sql)
     now = first.db_now
-    store.commit_step(
+    store.turns.commit_step(
         handle.run_id,
         "engine-first",
         first.epoch,

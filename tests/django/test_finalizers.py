@@ -100,7 +100,7 @@ def test_the_sweep_sends_a_lost_finalizer_attempt_again(settings) -> None:  # ty
     # The worker takes attempt 1 and dies before recording it: its lease runs out.
     from django_weft.store import DjangoStore
 
-    assert DjangoStore().start_finalizer(handle.run_id, 1, lease=0.1) is not None
+    assert DjangoStore().finalizers.start_finalizer(handle.run_id, 1, lease=0.1) is not None
     time.sleep(0.2)
     assert tick(local).finalizers == 1
     work = local.get(1)
@@ -118,9 +118,9 @@ def test_lost_finalizer_attempts_count_towards_its_retry_policy() -> None:
     handle.cancel()
     store = DjangoStore()
     for attempt in (1, 2, 3):  # every attempt's worker dies: max_attempts is 3
-        assert store.start_finalizer(handle.run_id, attempt, lease=0.05) is not None
+        assert store.finalizers.start_finalizer(handle.run_id, attempt, lease=0.05) is not None
         time.sleep(0.1)
-        due = store.claim_due_finalizers(10, 0.0)
+        due = store.finalizers.claim_due_finalizers(10, 0.0)
         assert due == ([(handle.run_id, attempt + 1)] if attempt < 3 else [])
     finalizer = finalizer_of(handle.run_id)
     assert finalizer["status"] == "failed" and finalizer["error"]["type"] == "django_weft.WorkerLost"

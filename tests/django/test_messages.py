@@ -285,12 +285,12 @@ def test_a_query_never_runs_an_activity() -> None:
     # A worker claims the run and consumes the signal; a query now, while it drives the
     # run, replays up to the activity that must not run in a query.
     store = DjangoStore()
-    owned = store.claim(handle.run_id, "engine-x", 30, 0)
+    owned = store.turns.claim(handle.run_id, "engine-x", 30, 0)
     assert owned is not None
     now = owned.db_now
     result = json.dumps({"signal": accepted.sequence, "payload": None})
     step = StepWrite(1, "signal", "go", "completed", None, result, None, 1, now, now)
-    store.finish_wait(handle.run_id, "engine-x", owned.epoch, step, signal_pk=accepted.sequence)
+    store.turns.finish_wait(handle.run_id, "engine-x", owned.epoch, step, signal_pk=accepted.sequence)
     before = table_snapshot(handle.run_id)
     assert handle.query("stage") == "running bomb"
     assert table_snapshot(handle.run_id) == before
@@ -630,7 +630,7 @@ def test_signals_keep_their_order_whatever_the_senders_clocks_say() -> None:
     Update.objects.create(run_id=handle.run_id, update_id="u", name="n")
     # The first sender's clock ran a second ahead of the second's.
     Signal.objects.filter(pk=first.sequence).update(received_at=second.received_at + timedelta(seconds=1))
-    pending = DjangoStore().pending_messages(handle.run_id)
+    pending = DjangoStore().turns.pending_messages(handle.run_id)
     signals = [message.payload for message in pending if message.kind == "signal"]
     assert signals == [1, 2]
 
@@ -713,10 +713,10 @@ def test_an_early_update_meeting_a_run_that_parked_meanwhile_is_refused_and_not_
     store = DjangoStore()
     run_pk = WorkflowRun.objects.get().pk
     with pytest.raises(UnknownHandler, match="'nope'"), transaction.atomic():
-        store.accept_update(run_pk, "u-1", "nope", None, dispatched=False, validated=False)
+        store.intake.accept_update(run_pk, "u-1", "nope", None, dispatched=False, validated=False)
     assert not Update.objects.exists()
     with transaction.atomic():
-        stored, created, woken = store.accept_update(
+        stored, created, woken = store.intake.accept_update(
             run_pk, "u-2", "close", None, dispatched=False, validated=False
         )
     assert created and woken and stored.validated is False  # known there: the run checks it

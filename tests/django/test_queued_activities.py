@@ -178,7 +178,7 @@ def test_a_worker_lost_mid_attempt_leads_to_a_retry_and_its_late_result_is_disca
     make_engine().run_turn(handle.run_id)
     store = DjangoStore()
     # A worker takes attempt 1 and dies without heartbeating: its lease is short.
-    assert store.start_activity(handle.run_id, 0, 1, ttl=0.05) is not None
+    assert store.attempts.start_activity(handle.run_id, 0, 1, ttl=0.05) is not None
     time.sleep(0.1)
     tick()
     lost = step(handle.run_id, 0)
@@ -190,7 +190,10 @@ def test_a_worker_lost_mid_attempt_leads_to_a_retry_and_its_late_result_is_disca
     assert drive(handle.run_id) == "completed"
     assert step(handle.run_id, 0).attempt == 2
     # The dead worker's attempt cannot record anything now.
-    assert store.finish_activity(handle.run_id, 0, 1, status="completed", result_json="99") == (False, False)
+    assert store.attempts.finish_activity(handle.run_id, 0, 1, status="completed", result_json="99") == (
+        False,
+        False,
+    )
     assert handle.result() == 1
 
 
@@ -200,7 +203,7 @@ def test_heartbeat_renews_the_lease_of_a_running_attempt() -> None:
     handle = client.start("tests.q.single", args=["renew"])
     make_engine().run_turn(handle.run_id)
     store = DjangoStore()
-    store.start_activity(handle.run_id, 1, 1, ttl=1)
+    store.attempts.start_activity(handle.run_id, 1, 1, ttl=1)
     before = Timer.objects.get(run_id=handle.run_id, kind="activity").fire_at
     with running_attempt(handle.run_id, 1, 1):
         Heartbeat(runtime.get_engine()).beat()
@@ -256,7 +259,7 @@ def test_a_stale_attempts_heartbeat_does_not_extend_the_next_attempts_deadline()
     engine = make_engine()
     engine.run_turn(handle.run_id)
     store = DjangoStore()
-    store.start_activity(handle.run_id, 0, 1, ttl=0.05)
+    store.attempts.start_activity(handle.run_id, 0, 1, ttl=0.05)
     time.sleep(0.1)
     tick()  # attempt 1 is lost
     engine.run_turn(handle.run_id)  # retrying, on a 0.05 s retry timer
@@ -266,7 +269,7 @@ def test_a_stale_attempts_heartbeat_does_not_extend_the_next_attempts_deadline()
     assert (step(handle.run_id, 0).status, step(handle.run_id, 0).attempt) == ("scheduled", 2)
     deadline = Timer.objects.get(run_id=handle.run_id, kind="activity").fire_at
     # The worker of attempt 1 was only stalled; its heartbeat comes back.
-    store.renew_activities([(handle.run_id, 0, 1)], ttl=600)
+    store.attempts.renew_activities([(handle.run_id, 0, 1)], ttl=600)
     assert Timer.objects.get(run_id=handle.run_id, kind="activity").fire_at == deadline
     assert drive(handle.run_id) == "completed"
 

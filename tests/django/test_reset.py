@@ -402,7 +402,7 @@ def test_a_reset_child_is_still_its_parents_child() -> None:
     # The sweep's backstop for parents left waiting does not take the reset child for a
     # finished one: one query finds no candidate, and no parent is locked.
     with CaptureQueriesContext(connection) as queries:
-        assert runtime.get_store().wake_waiting_parents(100) == []
+        assert runtime.get_store().sweep.wake_waiting_parents(100) == []
     assert len(queries) == 1
     assert drive(new_child.run_id) == "completed"
     assert drive(parent.run_id) == "completed"

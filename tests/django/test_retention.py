@@ -307,7 +307,7 @@ def test_due_pages_are_index_range_scans_of_the_terminal_partial_indexes(on_post
     ):
         for after in (None, (now - timedelta(days=20), uuid.uuid4())):
             with CaptureQueriesContext(connection) as queries, transaction.atomic():
-                store._due_page(RetentionScan(due, after=after), 100, lock=True)
+                store.retention._due_page(RetentionScan(due, after=after), 100, lock=True)
             (query,) = [q["sql"] for q in queries.captured_queries if "updated_at" in q["sql"]]
             with connection.cursor() as cursor:
                 cursor.execute(("EXPLAIN " if on_postgres else "EXPLAIN QUERY PLAN ") + query)

@@ -190,9 +190,9 @@ def attribute_step(seq: int) -> StepWrite:
 def test_the_store_merges_with_the_step_and_keeps_untouched_keys_as_they_are() -> None:
     store = DjangoStore()
     run_id = client.start("tests.sleepy", search_attributes={"kept": None, "n": 1, "gone": "x"}).run_id
-    claimed = store.claim(run_id, "me", ttl=30, grace=0)
+    claimed = store.turns.claim(run_id, "me", ttl=30, grace=0)
     assert claimed is not None
-    store.set_search_attributes(run_id, "me", claimed.epoch, attribute_step(0),
+    store.turns.set_search_attributes(run_id, "me", claimed.epoch, attribute_step(0),
                                 {"n": 2, "gone": None, "absent": None, "stage": "x"})  # fmt: skip
     assert attributes(run_id) == {"kept": None, "n": 2, "stage": "x"}
     assert Step.objects.get(run_id=run_id, seq=0).kind == "search_attrs"
@@ -201,12 +201,12 @@ def test_the_store_merges_with_the_step_and_keeps_untouched_keys_as_they_are() -
 def test_a_deposed_owners_attribute_write_is_rejected_and_writes_nothing() -> None:
     store = DjangoStore()
     run_id = client.start("tests.sleepy", search_attributes=SET_AT_START).run_id
-    claimed = store.claim(run_id, "old", ttl=30, grace=0)
+    claimed = store.turns.claim(run_id, "old", ttl=30, grace=0)
     assert claimed is not None
     # An external transition (cancel, suspend) or a takeover rotates the epoch.
     WorkflowRun.objects.filter(pk=run_id).update(owner_epoch=claimed.epoch + 1)
     with pytest.raises(Deposed):
-        store.set_search_attributes(run_id, "old", claimed.epoch, attribute_step(0), {"stage": "late"})
+        store.turns.set_search_attributes(run_id, "old", claimed.epoch, attribute_step(0), {"stage": "late"})
     assert attributes(run_id) == SET_AT_START
     assert not Step.objects.filter(run_id=run_id).exists()
 

@@ -39,7 +39,7 @@ def test_concurrent_sweepers_fire_each_timer_exactly_once() -> None:
         try:
             barrier.wait()
             while True:
-                batch = store.fire_due_timers(7)
+                batch = store.sweep.fire_due_timers(7)
                 if not batch and not Timer.objects.due(store.db_now()).exists():
                     return
                 with lock:
@@ -72,7 +72,7 @@ def test_tick_dispatches_runnable_runs_once_per_redispatch_interval() -> None:
 def test_tick_redispatches_expired_leases_for_takeover() -> None:
     handle = client.start("tests.echo")
     store = DjangoStore()
-    assert store.claim(handle.run_id, "dead-engine", 30, 10) is not None
+    assert store.turns.claim(handle.run_id, "dead-engine", 30, 10) is not None
     dispatcher = LocalDispatcher()
     WorkflowRun.objects.filter(pk=handle.run_id).update(dispatched_at="2000-01-01T00:00:00Z")
     assert tick(dispatcher).run_ids == []  # live lease: leave it alone
