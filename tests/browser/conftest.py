@@ -26,7 +26,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from tests.django.helpers import Driver
+from tests.support.driver import Driver
 
 PASSWORD = "correct horse battery staple"
 ROOT = Path(__file__).resolve().parents[2]

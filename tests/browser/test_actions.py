@@ -9,7 +9,7 @@ from typing import Any
 
 from django_weft import client
 from django_weft.models import WorkflowRun
-from tests.django.helpers import park
+from tests.support.driver import park
 
 from .conftest import Browser, make_user
 

@@ -21,7 +21,7 @@ from django_weft.models import BulkJob, WorkflowRun
 from django_weft.runtime import get_bulk_job, get_store, lifecycle, process_bulk_jobs, start_bulk_job, tick
 from django_weft.runtime.bulk_jobs import LEASE, RUN_IDS_LISTED, BulkJobRecord
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -246,7 +246,7 @@ def test_a_job_whose_runs_cannot_be_read_fails_with_the_error_and_changes_nothin
 ) -> None:
     run_id = started("unreadable")
     job = start_bulk_job("cancel", {"workflow_name": "tests.sleepy"})
-    BulkJob.objects.filter(pk=job.id).update(runs_from="tests.django.test_bulk_jobs.explodes")
+    BulkJob.objects.filter(pk=job.id).update(runs_from="tests.runtime.test_bulk_jobs.explodes")
 
     assert process_bulk_jobs() == 0
 
@@ -329,7 +329,7 @@ def test_two_processes_share_the_jobs_and_each_run_is_counted_once(
         ({"runs_from": "tests.nowhere.runs"}, None, "cannot be imported"),
         ({"runs_from": "django_weft.runtime.bulk_jobs.RUN_IDS_LISTED"}, None, "is not a function"),
         (
-            {"runs_from": "tests.django.test_bulk_jobs.not_a_queryset"},
+            {"runs_from": "tests.runtime.test_bulk_jobs.not_a_queryset"},
             None,
             "must return a WorkflowRun queryset",
         ),
