@@ -4,24 +4,17 @@ see (nothing to act with) and get (403) when they forge the POST."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django_weft import client
 from django_weft.models import WorkflowRun
 from tests.support.driver import park
+from tests.support.waiting import wait_until
 
 from .conftest import Browser, make_user
 
 WAITS = "tests.m.wait_with_timeout"
 CHANGELIST = "/admin/django_weft/workflowrun/"
-
-
-def _wait_until(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def _status(run_id: str) -> str:
@@ -39,7 +32,7 @@ def test_cancel_with_its_confirmation_cancels_a_waiting_run(browser: Browser, dr
     make_user("root", superuser=True)
     doomed = client.start(WAITS, args=[3600], id="browser-doomed")
     kept = client.start(WAITS, args=[3600], id="browser-kept")
-    _wait_until(lambda: {_status(doomed.run_id), _status(kept.run_id)} == {"waiting"})
+    wait_until(lambda: {_status(doomed.run_id), _status(kept.run_id)} == {"waiting"}, "both runs wait")
 
     browser.login("root")
     browser.go(CHANGELIST)

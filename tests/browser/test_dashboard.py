@@ -3,7 +3,6 @@ number that leads to the changelist filtered to the runs it counts."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -12,15 +11,9 @@ from django.utils import timezone
 
 from django_weft import WorkflowFailed, client
 from django_weft.models import WorkflowRun
+from tests.support.waiting import wait_until
 
 from .conftest import Browser, make_user
-
-
-def _wait_until(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_dashboard_from_the_app_index_to_a_filtered_changelist(browser: Browser, driver: Any) -> None:
@@ -35,13 +28,14 @@ def test_dashboard_from_the_app_index_to_a_filtered_changelist(browser: Browser,
         handle.result(timeout=30)
     with pytest.raises(WorkflowFailed):
         failing.result(timeout=30)
-    _wait_until(
+    wait_until(
         lambda: (
             WorkflowRun.objects.filter(
                 pk__in=[handle.run_id for handle in [*waiting, cart]], status="waiting"
             ).count()
             == 3
-        )
+        ),
+        "the three runs wait",
     )
     # The runs all finished this minute; move their clocks back over the hour so the
     # sparkline has a shape (finished_at and updated_at together, as the store writes them).

@@ -3,25 +3,18 @@ newest first with status badges, and its links lead to a run and to all of them.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from django_weft import client
 from django_weft.models import WorkflowRun
+from tests.support.waiting import wait_until
 from tests.testapp.models import LedgerEntry
 
 from .conftest import Browser, make_user
 
 pytestmark = pytest.mark.urls("tests.admin.related_urls")
-
-
-def _wait_until(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_an_objects_page_lists_its_runs(browser: Browser, driver: Any) -> None:
@@ -45,7 +38,7 @@ def test_an_objects_page_lists_its_runs(browser: Browser, driver: Any) -> None:
         on_conflict="start_new_if_terminal",
         search_attributes=tags,
     )
-    _wait_until(lambda: WorkflowRun.objects.get(pk=live.run_id).status == "waiting")
+    wait_until(lambda: WorkflowRun.objects.get(pk=live.run_id).status == "waiting", "the live run waits")
     client.start("tests.ten_steps", args=["other"], id="ledger-k70", search_attributes={"ledger_id": 0})
 
     browser.login("root")

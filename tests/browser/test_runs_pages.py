@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django_weft import client
 from django_weft.models import Step, WorkflowRun
+from tests.support.waiting import wait_until
 
 from .conftest import Browser, make_user
-
-
-def _wait_until(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_changelist_badges_filter_search_and_timeline(browser: Browser, driver: Any) -> None:
@@ -24,7 +17,7 @@ def test_changelist_badges_filter_search_and_timeline(browser: Browser, driver: 
     waiting = client.start("tests.m.wait_with_timeout", args=[3600], id="browser-waiting")
     for handle in done:
         handle.result(timeout=30)
-    _wait_until(lambda: WorkflowRun.objects.get(pk=waiting.run_id).status == "waiting")
+    wait_until(lambda: WorkflowRun.objects.get(pk=waiting.run_id).status == "waiting", "the run waits")
 
     browser.login("root")
     browser.go("/admin/django_weft/workflowrun/")

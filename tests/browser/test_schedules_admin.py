@@ -5,7 +5,6 @@ from a schedule's page with a note. Makes the screenshots ``schedules-list`` and
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -14,17 +13,11 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from django_weft import client, runtime
 from django_weft.models import Schedule, WorkflowRun
+from tests.support.waiting import wait_until
 
 from .conftest import Browser, make_user
 
 SCHEDULES = "/admin/django_weft/schedule/"
-
-
-def _wait_until(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def _choose_action(browser: Browser, name: str) -> None:
@@ -77,7 +70,7 @@ def test_a_schedule_made_in_the_add_form_triggered_from_the_list_links_its_run(
     message = browser.find(".messagelist").text
     run = WorkflowRun.objects.get(workflow_id__startswith="hourly-report-")
     assert message == f"Triggered 1 schedule: hourly-report: started run {run.workflow_id}."
-    _wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "completed")
+    wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "completed", "the run completes")
     browser.go(SCHEDULES)
     rows = {
         row.find_element("css selector", "th").text: row.text for row in browser.all("#result_list tbody tr")

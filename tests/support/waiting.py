@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 
 def wait_until(
-    condition: Callable[[], object], what: str, timeout: float = 10.0, interval: float = 0.01
+    condition: Callable[[], object], what: str, timeout: float = 20.0, interval: float = 0.05
 ) -> None:
     """Return as soon as ``condition()`` is true; fail naming ``what`` after ``timeout`` seconds.
 
