@@ -27,8 +27,8 @@ SKIPPED = "not slow and not fuzz and not browser"
 SUBSET = [
     "tests/admin",
     "tests/api/test_flow.py",
-    "tests/django/test_runs.py",
-    "tests/django/test_schema_and_checks.py",
+    "tests/runtime/test_runs.py",
+    "tests/store/test_schema_and_checks.py",
     "tests/engine",
 ]
 """What a session runs unless paths are given after ``--``."""

@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 
 from django_weft.engine import faults
+from tests.support.driver import Driver
 
 # The weft fixture (django_weft.testing), as a project turns it on in its root conftest.
 pytest_plugins = ["django_weft.testing"]
@@ -33,3 +34,11 @@ def _disarm_faults() -> Iterator[None]:
 @pytest.fixture
 def on_postgres() -> bool:
     return bool(connection.vendor == "postgresql")
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    """A worker thread driving every runnable run (and the sweep) while the test runs."""
+    worker = Driver()
+    yield worker
+    worker.stop()

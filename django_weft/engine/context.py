@@ -8,9 +8,10 @@ with a fenced write before the workflow continues.
 The context keeps the cursor (position, recorded history, the turn's fence and its
 unwinding) and delegates the larger jobs to the modules named by them: ``activities``
 (ctx.run, ctx.start), ``messages`` (signals, updates, queries and their handlers),
-``children`` (child workflows) and ``waits`` (wait_all, wait_any). Those call back into
-the cursor's underscore methods (``_next``, ``_commit``, ``_park``...), which are the
-engine's internal interface, not workflow API.
+``children`` (child workflows), ``waits`` (wait_all, wait_any) and ``workflow_info``
+(``ctx.info`` and ``ctx.logger``). Those call back into the cursor's underscore methods
+(``_next``, ``_commit``, ``_park``...), which are the engine's internal interface, not
+workflow API.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from __future__ import annotations
 import logging
 import random as _random
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -49,13 +49,12 @@ from .registry import Activity, Workflow, as_activity
 from .search_attributes import check_search_attributes, step_name
 from .unwind import ContinueAsNew, DeposedUnwind, Park, QueryFrontier, Unwind
 from .waits import Handle
+from .workflow_info import ReplayAwareLogger, WorkflowInfo, schedule_info
 
 if TYPE_CHECKING:
     from .executor import Engine, EngineConfig
 
 T = TypeVar("T")
-
-_Unwind = Unwind  # the name the runtime imports
 
 # Names that lived here before the context was split; their imports keep working.
 __all__ = [
@@ -72,55 +71,11 @@ __all__ = [
     "UpdateHandler",
     "WorkflowContext",
     "WorkflowInfo",
-    "_Unwind",
     "_current_activity",
     "activity_info",
     "check_message_name",
     "describe_exception",
 ]
-
-
-@dataclass(frozen=True)
-class WorkflowInfo:
-    run_id: str
-    workflow_id: str
-    workflow_name: str
-    attempt: int
-    started_at: datetime
-    schedule_id: str | None = None
-    """The schedule that started this run, if one did."""
-    scheduled_at: datetime | None = None
-    """The time the schedule fired this run for (UTC; before any jitter or catch-up delay)."""
-
-
-def _schedule_info(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """``schedule_id`` and ``scheduled_at`` from a scheduled run's start attributes."""
-    schedule_id, moment = attributes.get("weft_schedule_id"), attributes.get("weft_scheduled_at")
-    if not isinstance(schedule_id, str) or not isinstance(moment, str):
-        return {}
-    try:
-        return {"schedule_id": schedule_id, "scheduled_at": datetime.fromisoformat(moment)}
-    except ValueError:
-        return {}
-
-
-class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
-    """A logger that says nothing while the workflow replays recorded history."""
-
-    def __init__(self, logger: logging.Logger, ctx: WorkflowContext) -> None:
-        super().__init__(logger, {})
-        self._ctx = ctx
-
-    def isEnabledFor(self, level: int) -> bool:
-        return not self._ctx.is_replaying and self.logger.isEnabledFor(level)
-
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        info = self._ctx.info
-        extra = dict(kwargs.get("extra") or {})
-        extra.setdefault("weft_run_id", info.run_id)
-        extra.setdefault("weft_workflow_id", info.workflow_id)
-        kwargs["extra"] = extra
-        return f"[{info.workflow_name} {info.workflow_id}] {msg}", kwargs
 
 
 class WorkflowContext:
@@ -157,21 +112,22 @@ class WorkflowContext:
         self._cancel_request = None if read_only else claimed.cancel_request
         self._activities = ActivityCalls(self)
         self._messages = MessageHandling(self)
-        # The handler tables, read by the runtime (queries, update validation).
-        self._signal_handlers = self._messages.signal_handlers
-        self._update_handlers = self._messages.update_handlers
-        self._query_handlers = self._messages.query_handlers
+        # The handler tables, read by the runtime (queries, update validation); not
+        # workflow API (the reference lists the members that are).
+        self.signal_handlers = self._messages.signal_handlers
+        self.update_handlers = self._messages.update_handlers
+        self.query_handlers = self._messages.query_handlers
         self.info = WorkflowInfo(
             run_id=claimed.run_id,
             workflow_id=claimed.workflow_id,
             workflow_name=claimed.workflow_name,
             attempt=claimed.attempt,
             started_at=claimed.created_at,
-            **_schedule_info(claimed.search_attributes),
+            **schedule_info(claimed.search_attributes),
         )
         """This run: run id, workflow id, workflow name, attempt, start time (and, for a
         scheduled run, its schedule)."""
-        self.logger: logging.LoggerAdapter[logging.Logger] = _ReplayAwareLogger(
+        self.logger: logging.LoggerAdapter[logging.Logger] = ReplayAwareLogger(
             logging.getLogger(f"django_weft.workflow.{workflow.name}"), self
         )
         """A logger (``django_weft.workflow.<name>``) that is silent while the run replays

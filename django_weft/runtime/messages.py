@@ -17,7 +17,6 @@ from ..engine import codec
 from ..engine.context import (
     MAX_MESSAGE_NAME_LENGTH,
     WorkflowContext,
-    _Unwind,
     check_message_name,
     describe_exception,
 )
@@ -39,6 +38,7 @@ from ..engine.records import (
     TERMINAL_STATUSES,
     ClaimedRun,
 )
+from ..engine.unwind import Unwind
 from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
 from .dispatch import delivers, get_dispatcher
@@ -159,13 +159,13 @@ def query(ref: str | uuid.UUID, name: str, args: list[Any] | tuple[Any, ...] | N
     values = _encode_payload(list(args), f"the arguments of query {name}")
     run = get_run(ref)
     ctx = _replay(run)
-    handler = ctx._query_handlers.get(name)
+    handler = ctx.query_handlers.get(name)
     if handler is None:
         raise _unknown_handler("query", name, run, ctx)
     try:
         value = handler(*values)
         return codec.roundtrip(value, what=f"the result of query {name}")[0]
-    except _Unwind:
+    except Unwind:
         raise QueryFailed(
             f"query {name!r} of run {run.pk} called a workflow operation (ctx.run, ctx.now, a wait...); "
             "query handlers may only read the workflow's state",
@@ -224,7 +224,7 @@ def update(
         if run.status in TERMINAL_STATUSES:
             raise _terminal(run, f"update {name!r}")
         ctx = _replay(run)
-        entry = ctx._update_handlers.get(name)
+        entry = ctx.update_handlers.get(name)
         if entry is None and handled_updates(run.waiting_on, run.status) is not None:
             # The run waits at a point where no handler of that name exists.
             raise _unknown_handler("update", name, run, ctx)

@@ -24,7 +24,7 @@ from django_weft import client
 from django_weft.models import WorkflowRun
 from django_weft.runtime.operations import CANCEL_REASON
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 
 from .conftest import change_url, changelist_url, logged_in
 

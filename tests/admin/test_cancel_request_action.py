@@ -11,7 +11,7 @@ from django.contrib.admin.models import LogEntry
 from django_weft import client
 from django_weft.models import WorkflowRun
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 from tests.testapp.models import SideEffect
 
 from .conftest import change_url, logged_in

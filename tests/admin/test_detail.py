@@ -17,7 +17,7 @@ from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Step, WorkflowRun
 from django_weft.runtime import read_history
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import park
+from tests.support.driver import park
 
 from .conftest import change_url, make_run, make_step
 

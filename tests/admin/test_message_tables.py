@@ -12,7 +12,7 @@ from django_weft import UpdateFailed, UpdateTimeout, client, runtime
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Signal, WorkflowRun
 from django_weft.testing import make_engine
-from tests.django.helpers import park
+from tests.support.driver import park
 
 from .conftest import change_url, make_run
 

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django_weft import client
 from django_weft.models import Signal, Step, Update, WorkflowRun
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 from tests.testapp import workflows
 from tests.testapp.models import SideEffect
 

@@ -22,7 +22,7 @@ from django_weft import client
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Signal, Update, WorkflowRun
 from django_weft.testing import make_engine
-from tests.django.helpers import Driver, park
+from tests.support.driver import Driver, park
 
 from .conftest import change_url, changelist_url, logged_in, make_run
 

@@ -12,7 +12,7 @@ import requests
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from tests.django.helpers import Driver
+from tests.support.driver import Driver
 
 PASSWORD = "correct horse battery staple"
 WEFT_PERMISSIONS = [

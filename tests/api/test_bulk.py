@@ -19,7 +19,7 @@ from django_weft.models import BulkJob, WorkflowRun
 from django_weft.runtime import tick
 from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 
 from .conftest import Api, make_user
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_weft import client
+from django_weft import client, runtime
 from django_weft.models import WorkflowRun
 
 from .conftest import Api
@@ -49,9 +49,18 @@ def test_a_long_poll_holds_no_transaction_and_returns_within_its_wait(
         response = api.get(f"runs/{run.run_id}/result/?wait=5")
         outcome.update(status=response.status_code, body=response.json(), took=time.monotonic() - started)
 
+    # The sampling starts once the request is inside its wait (the view has called result_of).
+    polling = threading.Event()
+    result_of = runtime.result_of
+
+    def result_of_then_signal(*args: Any, **kwargs: Any) -> Any:
+        polling.set()
+        return result_of(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "result_of", result_of_then_signal)
     poller = threading.Thread(target=poll)
     poller.start()
-    time.sleep(1.0)
+    assert polling.wait(10), "the poll did not reach the view's wait"
     states = []
     with connection.cursor() as cursor:
         for _ in range(15):

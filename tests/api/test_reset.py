@@ -11,7 +11,7 @@ import pytest
 from django_weft import client
 from django_weft.models import Signal, Step, Update, WorkflowRun
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 from tests.testapp import workflows
 from tests.testapp.models import SideEffect
 

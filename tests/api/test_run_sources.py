@@ -22,7 +22,7 @@ from django_weft.models import BulkJob, WorkflowRun
 from django_weft.runtime import tick
 from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.runtime.run_sources import RUNS_LIST, runs_listed
-from tests.django.helpers import park
+from tests.support.driver import park
 
 from .conftest import Api
 from .test_bulk import GOLD_ONLY, finished, listed, sleeping, status, waiting

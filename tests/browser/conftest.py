@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from tests.django.helpers import Driver
+from tests.support.driver import Driver
 
 PASSWORD = "correct horse battery staple"
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,15 +38,6 @@ ALL_PERMISSIONS = (
     "cancel_workflowrun",
     "suspend_workflowrun",
 )
-
-
-def wait_until(check: Callable[[], object], timeout: float = 20.0) -> None:
-    """Poll ``check`` until it is true (the live server and the worker run in other
-    threads); fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,9 +8,10 @@ from typing import Any
 
 from django_weft import client
 from django_weft.models import WorkflowRun
-from tests.django.helpers import park
+from tests.support.driver import park
+from tests.support.waiting import wait_until
 
-from .conftest import Browser, make_user, wait_until
+from .conftest import Browser, make_user
 
 WAITS = "tests.m.wait_with_timeout"
 CHANGELIST = "/admin/django_weft/workflowrun/"
@@ -31,7 +32,7 @@ def test_cancel_with_its_confirmation_cancels_a_waiting_run(browser: Browser, dr
     make_user("root", superuser=True)
     doomed = client.start(WAITS, args=[3600], id="browser-doomed")
     kept = client.start(WAITS, args=[3600], id="browser-kept")
-    wait_until(lambda: {_status(doomed.run_id), _status(kept.run_id)} == {"waiting"})
+    wait_until(lambda: {_status(doomed.run_id), _status(kept.run_id)} == {"waiting"}, "both runs wait")
 
     browser.login("root")
     browser.go(CHANGELIST)

@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from django_weft import WorkflowFailed, client
 from django_weft.models import WorkflowRun
+from tests.support.waiting import wait_until
 
-from .conftest import Browser, make_user, wait_until
+from .conftest import Browser, make_user
 
 
 def test_dashboard_from_the_app_index_to_a_filtered_changelist(browser: Browser, driver: Any) -> None:
@@ -33,7 +34,8 @@ def test_dashboard_from_the_app_index_to_a_filtered_changelist(browser: Browser,
                 pk__in=[handle.run_id for handle in [*waiting, cart]], status="waiting"
             ).count()
             == 3
-        )
+        ),
+        "the three runs wait",
     )
     # The runs all finished this minute; move their clocks back over the hour so the
     # sparkline has a shape (finished_at and updated_at together, as the store writes them).

@@ -9,9 +9,10 @@ import pytest
 
 from django_weft import client
 from django_weft.models import WorkflowRun
+from tests.support.waiting import wait_until
 from tests.testapp.models import LedgerEntry
 
-from .conftest import Browser, make_user, wait_until
+from .conftest import Browser, make_user
 
 pytestmark = pytest.mark.urls("tests.admin.related_urls")
 
@@ -37,7 +38,7 @@ def test_an_objects_page_lists_its_runs(browser: Browser, driver: Any) -> None:
         on_conflict="start_new_if_terminal",
         search_attributes=tags,
     )
-    wait_until(lambda: WorkflowRun.objects.get(pk=live.run_id).status == "waiting")
+    wait_until(lambda: WorkflowRun.objects.get(pk=live.run_id).status == "waiting", "the live run waits")
     client.start("tests.ten_steps", args=["other"], id="ledger-k70", search_attributes={"ledger_id": 0})
 
     browser.login("root")

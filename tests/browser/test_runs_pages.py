@@ -6,8 +6,9 @@ from typing import Any
 
 from django_weft import client
 from django_weft.models import Step, WorkflowRun
+from tests.support.waiting import wait_until
 
-from .conftest import Browser, make_user, wait_until
+from .conftest import Browser, make_user
 
 
 def test_changelist_badges_filter_search_and_timeline(browser: Browser, driver: Any) -> None:
@@ -16,7 +17,7 @@ def test_changelist_badges_filter_search_and_timeline(browser: Browser, driver: 
     waiting = client.start("tests.m.wait_with_timeout", args=[3600], id="browser-waiting")
     for handle in done:
         handle.result(timeout=30)
-    wait_until(lambda: WorkflowRun.objects.get(pk=waiting.run_id).status == "waiting")
+    wait_until(lambda: WorkflowRun.objects.get(pk=waiting.run_id).status == "waiting", "the run waits")
 
     browser.login("root")
     browser.go("/admin/django_weft/workflowrun/")

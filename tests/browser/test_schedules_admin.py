@@ -13,8 +13,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from django_weft import client, runtime
 from django_weft.models import Schedule, WorkflowRun
+from tests.support.waiting import wait_until
 
-from .conftest import Browser, make_user, wait_until
+from .conftest import Browser, make_user
 
 SCHEDULES = "/admin/django_weft/schedule/"
 
@@ -69,7 +70,7 @@ def test_a_schedule_made_in_the_add_form_triggered_from_the_list_links_its_run(
     message = browser.find(".messagelist").text
     run = WorkflowRun.objects.get(workflow_id__startswith="hourly-report-")
     assert message == f"Triggered 1 schedule: hourly-report: started run {run.workflow_id}."
-    wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "completed")
+    wait_until(lambda: WorkflowRun.objects.get(pk=run.pk).status == "completed", "the run completes")
     browser.go(SCHEDULES)
     rows = {
         row.find_element("css selector", "th").text: row.text for row in browser.all("#result_list tbody tr")

@@ -8,8 +8,9 @@ from typing import Any
 
 from django_weft import client
 from django_weft.models import WorkflowRun
+from tests.support.waiting import wait_until
 
-from .conftest import Browser, make_user, wait_until
+from .conftest import Browser, make_user
 
 
 def _status(run_id: str) -> str:
@@ -24,7 +25,7 @@ def _type(browser: Browser, selector: str, text: str) -> None:
 
 def _waiting(workflow: str, *args: Any, id: str) -> str:
     handle = client.start(workflow, args=list(args), id=id)
-    wait_until(lambda: _status(handle.run_id) == "waiting")
+    wait_until(lambda: _status(handle.run_id) == "waiting", "the run waits")
     return handle.run_id
 
 
@@ -42,7 +43,7 @@ def test_send_signal_moves_a_waiting_run_forward(browser: Browser, driver: Any) 
 
     browser.find("ul.messagelist")
     assert "Signal go sent" in browser.find("ul.messagelist").text
-    wait_until(lambda: _status(run_id) == "completed")
+    wait_until(lambda: _status(run_id) == "completed", "the run completes")
     assert WorkflowRun.objects.get(pk=run_id).result == "got {'approved_by': 'ann'}"
 
 
@@ -67,7 +68,7 @@ def test_run_query_shows_the_result(browser: Browser, driver: Any) -> None:
     make_user("root", superuser=True)
     run_id = _waiting("tests.m.cart", "browser-query", id="browser-query")
     client.get_handle(run_id).signal("add", {"sku": "A-1"})
-    wait_until(lambda: client.get_handle(run_id).query("count") == 1)
+    wait_until(lambda: client.get_handle(run_id).query("count") == 1, "the query counts one")
 
     browser.login("root")
     browser.go(f"/admin/django_weft/workflowrun/{run_id}/change/")
@@ -99,4 +100,4 @@ def test_start_workflow_starts_a_run(browser: Browser, driver: Any) -> None:
     run = WorkflowRun.objects.get(workflow_id="browser-started")
     assert browser.web.current_url.endswith(f"/admin/django_weft/workflowrun/{run.pk}/change/")
     assert run.search_attributes == {"customer": 7}
-    wait_until(lambda: _status(str(run.pk)) == "waiting")  # the worker took it: a real run
+    wait_until(lambda: _status(str(run.pk)) == "waiting", "the run waits")  # the worker took it: a real run

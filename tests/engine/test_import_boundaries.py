@@ -22,13 +22,11 @@ for name in {BLOCKED_MODULES!r}:
 BLOCKED = (
     BLOCK
     + """
-import django_weft.engine.context, django_weft.engine.executor, django_weft.engine.registry
-import django_weft.engine.durations, django_weft.engine.retry, django_weft.engine.codec
-import django_weft.engine.faults, django_weft.engine.ports, django_weft.engine.records
-import django_weft.engine.activities, django_weft.engine.messages, django_weft.engine.children
-import django_weft.engine.waits, django_weft.engine.fencing, django_weft.engine.unwind
-import django_weft.engine.clock, django_weft.engine.activity_overrides
-import django_weft.engine.testing.memory_store
+import importlib, pkgutil
+import django_weft.engine
+# Every module of the engine, its test support included, found by walking the package.
+for module in pkgutil.walk_packages(django_weft.engine.__path__, "django_weft.engine."):
+    importlib.import_module(module.name)
 import django_weft
 print("ok", django_weft.RetryPolicy().max_attempts)
 """

@@ -163,7 +163,7 @@ def test_a_query_replays_the_step_and_writes_nothing(weft: Harness) -> None:
     read = weft.store.claim(run_id, "reader", ttl=30, grace=0)
     assert read is not None
     ctx = weft.engine.replay_read_only(read)
-    assert ctx._query_handlers["stage"]() == "waiting"
+    assert ctx.query_handlers["stage"]() == "waiting"
     assert writes == [{"stage": "waiting"}]
 
 

@@ -18,7 +18,7 @@ from django.db import connection
 from django_weft import client
 from django_weft.engine.executor import TurnOutcome
 from django_weft.testing import drive
-from tests.django.replay_runs import cancelled_parent_run, every_row, handlers_run, order_runs, turn
+from tests.support.replay_runs import cancelled_parent_run, every_row, handlers_run, order_runs, turn
 
 from .conftest import REPO
 

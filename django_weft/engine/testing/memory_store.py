@@ -6,6 +6,7 @@ nothing, parking releases the run (or leaves it runnable when what it waits for 
 already happened), terminal commits release it and wake a waiting parent. It is not a
 production store: one lock serialises everything, time is a manual clock
 (:meth:`MemoryStore.advance`), and there is no sweep (a test claims runs itself).
+Its rows (:class:`MemoryRun`, :class:`MemoryMessage`) are in ``memory_rows``.
 """
 
 from __future__ import annotations
@@ -40,50 +41,7 @@ from ..records import (
     TimerWrite,
 )
 from ..registry import Registry
-
-
-@dataclass
-class MemoryRun:
-    run_id: str
-    workflow_id: str
-    workflow_name: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    created_at: datetime
-    status: str = RunStatus.RUNNING
-    owner: str | None = None
-    epoch: int = 0
-    lease_expires_at: datetime | None = None
-    attempt: int = 1
-    waiting_on: dict[str, Any] | None = None
-    result: Any = None
-    error: dict[str, Any] | None = None
-    failure_category: str = ""
-    finalizer_state: Any = None
-    search_attributes: dict[str, Any] = field(default_factory=dict)
-    parent_run_id: str | None = None
-    parent_seq: int | None = None
-    parent_close_policy: str = "terminate"
-    steps: dict[int, StepWrite] = field(default_factory=dict)
-    timers: dict[tuple[int, str], TimerWrite] = field(default_factory=dict)
-    cancel_request: CancelRequest | None = None
-
-
-@dataclass
-class MemoryMessage:
-    """A signal (``consumed_seq``) or an update (``applied_seq``, ``status``, outcome)."""
-
-    kind: str
-    pk: int
-    run_id: str
-    name: str
-    payload: Any
-    update_id: str | None = None
-    consumed_seq: int | None = None
-    applied_seq: int | None = None
-    status: str = "accepted"
-    result: Any = None
-    error: dict[str, Any] | None = None
+from .memory_rows import MemoryMessage, MemoryRun, step_record
 
 
 class MemoryStore:
@@ -166,7 +124,7 @@ class MemoryStore:
     def history(self, run_id: str) -> list[StepRecord]:
         """The run's recorded steps in order, as a claim would load them."""
         with self._lock:
-            return [_record(step) for _, step in sorted(self.runs[run_id].steps.items())]
+            return [step_record(step) for _, step in sorted(self.runs[run_id].steps.items())]
 
     def update_outcome(self, update_id: str) -> tuple[str, Any, dict[str, Any] | None]:
         """``(status, result, error)`` of the update ``update_id``."""
@@ -218,7 +176,7 @@ class MemoryStore:
                 attempt=run.attempt,
                 created_at=run.created_at,
                 db_now=self.now,
-                steps={seq: _record(step) for seq, step in run.steps.items()},
+                steps={seq: step_record(step) for seq, step in run.steps.items()},
                 parent_run_id=run.parent_run_id,
                 search_attributes=dict(run.search_attributes),
                 cancel_request=run.cancel_request
@@ -583,21 +541,6 @@ class MemoryStore:
 
     def _message(self, run_id: str, pk: int) -> MemoryMessage:
         return next(m for m in self.messages if m.run_id == run_id and m.pk == pk)
-
-
-def _record(step: StepWrite) -> StepRecord:
-    return StepRecord(
-        seq=step.seq,
-        kind=step.kind,
-        name=step.name,
-        status=step.status,
-        args_json=step.args_json,
-        result=codec.loads(step.result_json) if step.result_json is not None else None,
-        error=codec.loads(step.error_json) if step.error_json is not None else None,
-        attempt=step.attempt,
-        started_at=step.started_at,
-        finished_at=step.finished_at,
-    )
 
 
 @dataclass

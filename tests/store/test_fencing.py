@@ -15,6 +15,7 @@ from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Step, WorkflowRun
 from django_weft.store import DjangoStore
 from django_weft.testing import make_engine
+from tests.support.waiting import wait_until
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -238,13 +239,24 @@ def test_a_takeover_that_waited_for_the_row_lock_sees_the_previous_owners_last_s
         lambda: claimed.setdefault("run", DjangoStore().turns.claim(handle.run_id, "engine-new", 30, 0)),
         "new",
     )
-    time.sleep(0.3)  # the claim is now waiting for the row lock
+    wait_until(claim_waits_for_a_lock, "the claim waits for the run row's lock")
     release.set()
     writer.join(10)
     taker.join(10)
     run = claimed["run"]
     assert run is not None and run.epoch == old.epoch + 1
     assert list(run.steps) == [0]
+
+
+def claim_waits_for_a_lock() -> bool:
+    """Whether another connection to the test database is blocked on a lock (PostgreSQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+        )
+        (waiting,) = cursor.fetchone()
+    return bool(waiting)
 
 
 def test_only_a_runs_first_claim_skips_reading_the_history() -> None:

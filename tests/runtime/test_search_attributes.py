@@ -19,7 +19,7 @@ from django_weft.engine.records import StepKind, StepStatus, StepWrite
 from django_weft.models import Step, WorkflowRun
 from django_weft.store import DjangoStore
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import park
+from tests.support.driver import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,10 +20,9 @@ from django_weft.engine.registry import Registry, registry
 from django_weft.engine.replay import ReplayEnd, ReplayVerdict
 from django_weft.models import WorkflowRun
 from django_weft.testing import drive
+from tests.support.replay_runs import cancelled_parent_run, every_row, handlers_run, order_runs, turn
 from tests.testapp import replay_workflows
 from tests.testapp.models import SideEffect
-
-from .replay_runs import cancelled_parent_run, every_row, handlers_run, order_runs, turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

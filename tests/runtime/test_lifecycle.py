@@ -25,7 +25,7 @@ from django_weft.engine.errors import InvalidTransition
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Step, Timer, Update, WorkflowRun
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import Driver, park
+from tests.support.driver import Driver, park
 from tests.testapp import workflows
 from tests.testapp.models import SideEffect
 

@@ -18,7 +18,7 @@ from django_weft.engine.executor import TurnOutcome
 from django_weft.models import WorkflowRun
 from django_weft.runtime import BulkRun, apply_bulk, count_runs, refusal_for
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import park
+from tests.support.driver import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

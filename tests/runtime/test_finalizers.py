@@ -12,7 +12,7 @@ from django_weft.models import Timer, WorkflowRun
 from django_weft.runtime import ActivityOutcome, run_finalizer, tick
 from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 from tests.testapp import workflows
 from tests.testapp.models import SideEffect
 

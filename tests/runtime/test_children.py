@@ -13,7 +13,7 @@ from django_weft.models import Step, WorkflowRun
 from django_weft.runtime import tick
 from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import Driver, park
+from tests.support.driver import Driver, park
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)

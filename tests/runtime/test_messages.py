@@ -27,7 +27,7 @@ from django_weft.engine.records import StepWrite
 from django_weft.models import Signal, Step, Timer, Update, WorkflowRun
 from django_weft.store import DjangoStore
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import Driver, park
+from tests.support.driver import Driver, park
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)

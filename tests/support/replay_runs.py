@@ -13,7 +13,7 @@ from django_weft import client
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import WorkflowRun
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import Driver
+from tests.support.driver import Driver
 from tests.testapp import replay_workflows
 
 

@@ -21,7 +21,7 @@ from django_weft.engine.errors import InvalidInput, InvalidTransition, WorkflowA
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Signal, Step, Timer, Update, WorkflowRun
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import park
+from tests.support.driver import park
 from tests.testapp import workflows
 from tests.testapp.models import SideEffect
 

@@ -29,7 +29,7 @@ from django_weft.runtime import (
 from django_weft.runtime.bulk_jobs import LEASE, RUN_IDS_LISTED, BulkJobRecord
 from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
-from tests.django.helpers import park
+from tests.support.driver import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -249,7 +249,7 @@ def explodes(job: BulkJob) -> Any:
     raise RuntimeError("the tenant service is down")
 
 
-register_run_source("tests.django.test_bulk_jobs.explodes", explodes)
+register_run_source("tests.explodes", explodes)
 
 
 def test_a_job_whose_runs_cannot_be_read_fails_with_the_error_and_changes_nothing(
@@ -257,7 +257,7 @@ def test_a_job_whose_runs_cannot_be_read_fails_with_the_error_and_changes_nothin
 ) -> None:
     run_id = started("unreadable")
     job = start_bulk_job("cancel", {"workflow_name": "tests.sleepy"})
-    BulkJob.objects.filter(pk=job.id).update(runs_from="tests.django.test_bulk_jobs.explodes")
+    BulkJob.objects.filter(pk=job.id).update(runs_from="tests.explodes")
 
     assert process_bulk_jobs() == 0
 
@@ -340,7 +340,7 @@ def test_two_processes_share_the_jobs_and_each_run_is_counted_once(
         ({"runs_from": "tests.nowhere.runs"}, None, "no run source named 'tests.nowhere.runs'"),
         ({"runs_from": "django_weft.runtime.bulk_jobs.RUN_IDS_LISTED"}, None, "no run source named"),
         (
-            {"runs_from": "tests.django.test_bulk_jobs.not_a_queryset"},
+            {"runs_from": "tests.not_a_queryset"},
             None,
             "must return a WorkflowRun queryset",
         ),
@@ -361,7 +361,7 @@ def not_a_queryset(job: BulkJob) -> Any:
     return [1, 2]
 
 
-register_run_source("tests.django.test_bulk_jobs.not_a_queryset", not_a_queryset)
+register_run_source("tests.not_a_queryset", not_a_queryset)
 
 
 def test_an_unknown_job_is_not_found() -> None:

@@ -30,7 +30,7 @@ from django_weft.runtime import ActivityOutcome, run_activity, tick
 from django_weft.runtime.heartbeat import tell_cancellations
 from django_weft.store import DjangoStore
 from django_weft.testing import drive, make_engine
-from tests.django.helpers import park
+from tests.support.driver import park
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
