@@ -6,26 +6,27 @@ import uuid
 
 import pytest
 
-from django_weft.admin.runs.forms import RunSearch, SearchError, as_run_id, candidate_values, parse_run_search
+from django_weft.admin.runs.forms import RunSearch, SearchError, as_run_id, parse_run_search
+from django_weft.engine.search_attributes import search_values
 
 
 def test_ids_and_attributes() -> None:
     assert parse_run_search("  order-42   customer=7 tier=gold ") == RunSearch(
-        ids=("order-42",), attributes=(("customer", ("7", 7)), ("tier", ("gold",)))
+        ids=("order-42",), attributes=(("customer", "7"), ("tier", "gold"))
     )
     assert parse_run_search("") == RunSearch()
 
 
 def test_values_stand_for_their_json_scalars_too() -> None:
-    assert candidate_values("7") == ("7", 7)
-    assert candidate_values("2.5") == ("2.5", 2.5)
-    assert candidate_values("true") == ("true", True)
-    assert candidate_values("null") == ("null", None)
-    assert candidate_values('"7"') == ('"7"',)  # a JSON string stays the typed text
-    assert candidate_values("[1]") == ("[1]",)
+    assert search_values("7") == ("7", 7)
+    assert search_values("2.5") == ("2.5", 2.5)
+    assert search_values("true") == ("true", True)
+    assert search_values("null") == ("null", None)
+    assert search_values('"7"') == ('"7"',)  # a JSON string stays the typed text
+    assert search_values("[1]") == ("[1]",)
     # No JSON document holds these numbers: they are compared as text only.
     for raw in ("NaN", "Infinity", "-Infinity", "1e999", "9" * 30):
-        assert candidate_values(raw) == (raw,)
+        assert search_values(raw) == (raw,)
 
 
 @pytest.mark.parametrize(

@@ -194,12 +194,8 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
             run_id = as_run_id(term)
             wanted = Q(workflow_id=term) if run_id is None else Q(pk=run_id) | Q(workflow_id=term)
             queryset = queryset.filter(wanted)
-        for name, candidates in search.attributes:
-            matches = [queryset.search(**{name: value}) for value in candidates]  # type: ignore[attr-defined]
-            combined = matches[0]
-            for extra in matches[1:]:
-                combined = combined | extra
-            queryset = combined
+        for name, raw in search.attributes:
+            queryset = queryset.search_attribute(name, raw)  # type: ignore[attr-defined]
         return queryset, False
 
     # -- columns and fields -------------------------------------------------------------

@@ -12,8 +12,6 @@ a finished run, a taken workflow id) the views add to the form.
 
 from __future__ import annotations
 
-import json
-import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +23,6 @@ from ...engine.search_attributes import NAME_RULE, is_attribute_name
 from ...models.runs import WORKFLOW_ID_MAX_LENGTH
 from ...runtime.operations import OPERATIONS, WaitRule
 from ..common.forms import DurationTextField, JSONTextField, TextField, workflow_choices
-from ..common.forms import not_a_number as _not_a_number
 
 
 class SearchError(ValueError):
@@ -38,8 +35,9 @@ class RunSearch:
 
     ids: tuple[str, ...] = ()
     """Terms that are a run id or a workflow id."""
-    attributes: tuple[tuple[str, tuple[Any, ...]], ...] = field(default=())
-    """``(name, candidate values)`` pairs: the attribute equals any of the candidates."""
+    attributes: tuple[tuple[str, str], ...] = field(default=())
+    """``(name, text)`` pairs, searched with ``WorkflowRunQuerySet.search_attribute``
+    (the text or a JSON scalar it stands for, as the REST filter reads it)."""
 
 
 def parse_run_search(term: str) -> RunSearch:
@@ -51,7 +49,7 @@ def parse_run_search(term: str) -> RunSearch:
     if "\x00" in term:
         raise SearchError("the search contains a NUL character; remove it")
     ids: list[str] = []
-    attributes: list[tuple[str, tuple[Any, ...]]] = []
+    attributes: list[tuple[str, str]] = []
     for part in term.split():
         if "=" not in part:
             ids.append(part)
@@ -59,24 +57,8 @@ def parse_run_search(term: str) -> RunSearch:
         name, _, raw = part.partition("=")
         if not is_attribute_name(name):
             raise SearchError(f"{part!r}: a search attribute name is {NAME_RULE} (search attr=value)")
-        attributes.append((name, candidate_values(raw)))
+        attributes.append((name, raw))
     return RunSearch(tuple(ids), tuple(attributes))
-
-
-def candidate_values(raw: str) -> tuple[Any, ...]:
-    """The typed values a typed text may stand for: ``7`` is "7" or 7, ``true`` is "true" or True."""
-    values: list[Any] = [raw]
-    try:
-        parsed = json.loads(raw, parse_constant=_not_a_number)
-    except ValueError:
-        return tuple(values)
-    if isinstance(parsed, float) and not math.isfinite(parsed):
-        return tuple(values)  # 1e999: no JSON document holds it
-    if isinstance(parsed, int) and not isinstance(parsed, bool) and abs(parsed) >= 2**63:
-        return tuple(values)  # past a 64-bit integer: compared as text only
-    if isinstance(parsed, bool | int | float) or parsed is None:
-        values.append(parsed)
-    return tuple(values)
 
 
 def as_run_id(text: str) -> uuid.UUID | None:
