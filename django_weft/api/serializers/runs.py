@@ -139,15 +139,9 @@ class ExportedRunSerializer(serializers.Serializer):
     finished_at = serializers.CharField(allow_null=True)
 
 
-class ExportedStepSerializer(serializers.Serializer):
-    seq = serializers.IntegerField()
-    kind = serializers.CharField()
-    name = serializers.CharField()
-    status = serializers.CharField()
-    attempt = serializers.IntegerField()
-    args = serializers.JSONField(allow_null=True)
-    result = serializers.JSONField(allow_null=True)
-    error = serializers.JSONField(allow_null=True)
+class ExportedStepSerializer(HistoryEntrySerializer):
+    """A history entry as the export file holds it: the times as ISO 8601 text."""
+
     started_at = serializers.CharField(allow_null=True)
     finished_at = serializers.CharField(allow_null=True)
 
