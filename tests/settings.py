@@ -120,5 +120,8 @@ LOGGING = {
     },
 }
 STATIC_URL = "static/"
+# The live server serves MEDIA_URL from disk; left empty, every path would be looked up as
+# a file first (a 10,000-character path then fails in the test server, not in the app).
+MEDIA_URL = "/media/"
 # Tests authenticate every API request with a password: a fast hasher keeps that cheap.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -78,6 +78,10 @@ def _message_key(value: Any, what: str) -> str:
         raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {MAX_MESSAGE_NAME_LENGTH}")
     if any(ord(ch) < 32 for ch in value):
         raise InvalidInput(f"{what} must not contain control characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must not contain a lone surrogate") from None
     return value
 
 

@@ -28,12 +28,18 @@ from ..engine.records import (
     RunStatus,
 )
 from ..models import Signal, Step, Timer, Update, WorkflowRun
+from ..models.runs import WORKFLOW_ID_MAX_LENGTH
 from .process import get_store
 from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
 
 
 def get_run(ref: str | uuid.UUID) -> WorkflowRun:
-    """The run with this run id, or the latest run with this workflow id."""
+    """The run with this run id, or the latest run with this workflow id.
+
+    Raises ``WorkflowNotFound`` when there is none, without a query for a reference no
+    run can have (a NUL or another control character, a lone surrogate, longer than a
+    workflow id may be): every caller, whatever surface it serves, is covered, and the
+    database never sees text it would refuse."""
     runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
     run = None
     try:
@@ -42,11 +48,24 @@ def get_run(ref: str | uuid.UUID) -> WorkflowRun:
         run_uuid = None
     if run_uuid is not None:
         run = runs.filter(pk=run_uuid).first()
-    if run is None:
+    if run is None and could_be_workflow_id(str(ref)):
         run = runs.for_workflow_id(str(ref)).first()
     if run is None:
         raise WorkflowNotFound(f"no workflow run has run id or workflow id {str(ref)!r}", ref=str(ref))
     return run
+
+
+def could_be_workflow_id(text: str) -> bool:
+    """Whether a run could have ``text`` as its workflow id: not empty, at most
+    ``WORKFLOW_ID_MAX_LENGTH`` characters, no control character, no lone surrogate (a
+    start refuses each of these)."""
+    if not text or len(text) > WORKFLOW_ID_MAX_LENGTH or any(ord(ch) < 32 for ch in text):
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_run(ref: str | uuid.UUID) -> RunRecord:

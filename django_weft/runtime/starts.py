@@ -58,6 +58,10 @@ def _validate_workflow_id(workflow_id: Any) -> str:
         raise InvalidInput(f"id is {len(workflow_id)} characters long; the limit is {WORKFLOW_ID_MAX_LENGTH}")
     if any(ord(ch) < 32 for ch in workflow_id):
         raise InvalidInput("id must not contain control characters")
+    try:
+        workflow_id.encode()
+    except UnicodeEncodeError:
+        raise InvalidInput("id must not contain a lone surrogate") from None
     return workflow_id
 
 

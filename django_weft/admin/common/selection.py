@@ -100,6 +100,11 @@ def wants_all_matching(request: HttpRequest) -> bool:
     )
 
 
+def holds_nul(params: QueryDict) -> bool:
+    """Whether a key or a value of ``params`` holds a NUL character."""
+    return any("\x00" in key or any("\x00" in value for value in values) for key, values in params.lists())
+
+
 def chosen_action(request: HttpRequest) -> str:
     """The action a changelist POST names, picked as Django picks it (``index`` says which
     of the page's action bars was used)."""
@@ -124,6 +129,10 @@ class ConfirmedActionsAdmin(admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        if holds_nul(request.GET):
+            # No database column holds a NUL: PostgreSQL would refuse the query (a 500).
+            self.message_user(request, "The address holds a NUL character; it was ignored.", messages.ERROR)
+            return HttpResponseRedirect(request.path)
         if request.method == "POST" and "_save" not in request.POST:
             chosen = chosen_action(request)
             if chosen in self.guarded_actions and chosen not in self.get_actions(request):

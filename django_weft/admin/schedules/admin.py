@@ -222,17 +222,6 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ScheduleChangeList
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        if any(
-            "\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()
-        ):
-            # No database column holds a NUL: PostgreSQL would refuse the query.
-            self.message_user(request, "The address holds a NUL character; it was ignored.", messages.ERROR)
-            return HttpResponseRedirect(request.path)
-        return super().changelist_view(request, extra_context)
-
     def invalid_selection(self, request: HttpRequest, values: list[str]) -> str | None:
         bad = [value for value in values if not is_schedule_id(value)]
         if not bad:
