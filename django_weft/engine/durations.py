@@ -22,6 +22,8 @@ Duration = float | int | timedelta | str
 
 MAX_SECONDS = 100 * 365.25 * 86400.0
 """The longest duration accepted: 100 years (infinity and overflowing dates are refused)."""
+MAX_TEXT_LENGTH = 100
+"""The longest duration string accepted ("1 week 2 days 3 hours" is 21 characters)."""
 
 
 def parse_duration(value: Duration, *, what: str = "duration") -> float:
@@ -43,7 +45,9 @@ def parse_duration(value: Duration, *, what: str = "duration") -> float:
         raise InvalidDuration(
             f"{what} must be seconds, a timedelta or a string like '30s'; got {type(value).__name__}"
         )
-    if seconds != seconds or seconds < 0:  # NaN or negative
+    if seconds != seconds:
+        raise InvalidDuration(f"{what} must be a number of seconds, not NaN; got {value!r}")
+    if seconds < 0:
         raise InvalidDuration(f"{what} must not be negative; got {value!r}")
     if seconds > MAX_SECONDS:
         raise InvalidDuration(f"{what} is longer than 100 years; got {value!r}")
@@ -54,6 +58,11 @@ def _parse_string(text: str, what: str) -> float:
     stripped = text.strip()
     if not stripped:
         raise InvalidDuration(f"{what} is an empty string; write e.g. '30s', '5m', '1h' or '2d'")
+    if len(stripped) > MAX_TEXT_LENGTH:
+        raise InvalidDuration(
+            f"{what} is {len(stripped)} characters long; a duration is at most {MAX_TEXT_LENGTH} "
+            "(write e.g. '30s', '5m', '1h30m' or '2d')"
+        )
     try:
         return float(stripped)
     except ValueError:

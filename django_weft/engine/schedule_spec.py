@@ -107,7 +107,8 @@ def normalize_cron(expression: str) -> tuple[str, bool]:
     if text.startswith("@"):
         if text.lower() not in ALIASES:
             raise InvalidSchedule(
-                f"unsupported cron alias {text!r}; use one of {', '.join(sorted(ALIASES))} or 5 fields",
+                f"unsupported cron alias {text!r}; use one of {', '.join(sorted(ALIASES))}, or 5 fields "
+                "(minute hour day month weekday), or 6 with a leading seconds field",
                 field="cron",
             )
         return ALIASES[text.lower()], False

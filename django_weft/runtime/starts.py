@@ -130,6 +130,11 @@ def _prepare_start(
     timeout = (
         parse_duration(execution_timeout, what="execution_timeout") if execution_timeout is not None else None
     )
+    if timeout is not None and timeout <= 0:
+        raise InvalidInput(
+            "execution_timeout must be longer than 0 seconds (a run with none has no limit: omit it)",
+            field="execution_timeout",
+        )
     delay = parse_duration(start_delay, what="start_delay") if start_delay is not None else None
     return _StartSpec(
         definition=definition,

@@ -25,7 +25,8 @@ def test_accepted_forms(value: object, seconds: float) -> None:
         ("", "empty string"), ("soon", "not a duration"), ("5 parsecs", "unknown unit 'parsecs'"),
         ("1h 2x", "unknown unit 'x'"), ("h", "not a duration"), (-1, "must not be negative"),
         (timedelta(seconds=-3), "must not be negative"), (True, "must be seconds"), ([1], "must be seconds"),
-        ("10s!", "not a duration"),
+        ("10s!", "not a duration"), ("1h" * 5000, "at most 100"), ("nan", "not NaN"),
+        (float("nan"), "not NaN"), (float("inf"), "longer than 100 years"),
     ],
 )  # fmt: skip
 def test_rejected_forms_say_what_to_fix(value: object, fragment: str) -> None:

@@ -172,6 +172,7 @@ def test_jitter_is_deterministic_and_bounded() -> None:
         ({"cron": "* * *"}, "has 3 field(s)", "cron"),
         ({"cron": "0 0 0 1 1 * 2027"}, "has 7 field(s)", "cron"),
         ({"cron": "@reboot"}, "unsupported cron alias", "cron"),
+        ({"cron": "@reboot"}, "or 6 with a leading seconds field", "cron"),
         ({"cron": "0 0 30 2 *"}, "never matches a date", "cron"),
         ({"cron": 5}, "cron must be a string", "cron"),
         ({"cron": "* * * * *", "timezone": "Europe/Atlantis"}, "unknown time zone 'Europe/Atl", "timezone"),

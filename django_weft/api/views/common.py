@@ -89,7 +89,16 @@ def idempotency_key(request: Request, given: Any) -> Any:
     if given not in (None, ""):
         return given
     header = request.headers.get(IDEMPOTENCY_HEADER)
-    return header if header else None
+    if not header:
+        return None
+    # WSGI hands header values over as Latin-1; a client sends UTF-8 (RFC 9110 allows
+    # only visible ASCII, but a key is an opaque string): read the bytes as UTF-8.
+    try:
+        return header.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise exceptions.ValidationError(
+            {IDEMPOTENCY_HEADER: "The Idempotency-Key header is not UTF-8 text; send ASCII or UTF-8."}
+        ) from None
 
 
 REF = OpenApiParameter(
