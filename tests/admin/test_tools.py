@@ -19,6 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_weft import client
+from django_weft.admin.runs.forms import SignalForm, UpdateForm
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Signal, Update, WorkflowRun
 from django_weft.testing import make_engine
@@ -538,3 +539,11 @@ def test_a_user_who_may_start_but_not_view_is_sent_back_to_the_start_page() -> N
     assert response.redirect_chain == [(start_url(), 302)]
     assert any("Started tests.echo tools-blind" in message for message in messages_of(response))
     assert WorkflowRun.objects.filter(workflow_id="tools-blind").exists()
+
+
+def test_the_payload_boxes_hold_at_most_the_payload_limit(settings: Any) -> None:
+    """The browser stops a paste over ``WEFT_MAX_PAYLOAD_BYTES`` (read live), so an
+    operator never sends a body larger than Django takes."""
+    settings.WEFT_MAX_PAYLOAD_BYTES = 4096
+    for form in (SignalForm(), UpdateForm()):
+        assert 'maxlength="4096"' in str(form["payload"])

@@ -16,6 +16,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.forms import BoundField
 
 from ...conf import weft_settings
 from ...engine import codec
@@ -95,11 +96,26 @@ class JSONTextField(forms.Field):
             raise ValidationError(as_sentence(exc.message)) from None
         return parsed
 
+    def get_bound_field(self, form: forms.BaseForm, field_name: str) -> BoundField:
+        return _PayloadBoundField(form, self, field_name)
+
     def prepare_value(self, value: Any) -> Any:
         # Typed text comes back as typed; an initial value is shown as JSON.
         if value is None or isinstance(value, str):
             return value
         return json.dumps(value, ensure_ascii=False)
+
+
+class _PayloadBoundField(BoundField):
+    """A JSON text box that holds at most ``WEFT_MAX_PAYLOAD_BYTES`` characters (read
+    live): the browser stops a paste past the limit, instead of the server refusing a
+    request body larger than Django takes (``DATA_UPLOAD_MAX_MEMORY_SIZE``) with a bare
+    400 page."""
+
+    def build_widget_attrs(self, attrs: dict[str, Any], widget: forms.Widget | None = None) -> dict[str, Any]:
+        built = super().build_widget_attrs(attrs, widget)
+        built.setdefault("maxlength", str(weft_settings.MAX_PAYLOAD_BYTES))
+        return built
 
 
 class DurationTextField(forms.CharField):
