@@ -101,6 +101,13 @@ def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None
                 case.query["wait"] = 0
             if isinstance(case.body, dict) and "wait" in case.body:
                 case.body["wait"] = 0
+            # Every third run reference is one no run can have (a NUL, a control
+            # character, 10,000 characters, an emoji), and every fifth write
+            # carries an odd Idempotency-Key: a client error each, never a 500.
+            if case.path_parameters and "ref" in case.path_parameters and calls % 3 == 0:
+                case.path_parameters["ref"] = ODD_REFERENCES[calls % len(ODD_REFERENCES)]
+            if case.method.upper() == "POST" and calls % 5 == 0:
+                case.headers = {**(case.headers or {}), "Idempotency-Key": ODD_KEYS[calls % len(ODD_KEYS)]}
             # Every other call to a schedule's route names one that exists (generated ids
             # almost never do): one made by hand, or the one declared in code.
             if case.path_parameters and "id" in case.path_parameters and calls % 2:
@@ -123,6 +130,10 @@ def test_no_operation_answers_500_or_breaks_its_schema(live_server: Any) -> None
     # Both valid and invalid input, for every operation (hypothesis may stop early when
     # an operation has few distinct inputs).
     assert calls >= len(operations) * 2 * 10, calls
+
+
+ODD_REFERENCES = ("a\x00b", "\x00", "a\x01b", "x" * 10_000, "\U0001f600", "fuzz-cart\x00")
+ODD_KEYS = ("\xe9t\xe9", "x" * 300, "a b", "\x7f", "key-\xff")
 
 
 def _fuzzed_schedule(calls: int) -> str:
