@@ -4,7 +4,6 @@ runs/bulk/`` applies too; and those of ``GET schedules/``."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
@@ -20,24 +19,14 @@ from ..engine.errors import InvalidInput
 from ..engine.records import RunStatus
 from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
-from ..runtime.run_sources import run_filter
+from ..runtime.run_sources import InUTC, run_filter
 
 SEARCH_PREFIX = "search."
 
 
-class UTCIsoDateTimeField(IsoDateTimeField):
-    """An ISO 8601 date-time, converted to UTC: an offset the database cannot take (such
-    as ``-20:57``, which Python accepts and PostgreSQL does not) or a time out of range
-    is refused as invalid input."""
-
-    def to_python(self, value: Any) -> datetime | None:
-        parsed = super().to_python(value)
-        if parsed is None:
-            return None
-        try:
-            return parsed.astimezone(UTC)
-        except (OverflowError, ValueError):
-            raise forms.ValidationError("This date-time is out of range.") from None
+class UTCIsoDateTimeField(InUTC, IsoDateTimeField):
+    """An ISO 8601 date-time (django-filter's parsing), converted to UTC as the runtime's
+    list filters convert it (:class:`~django_weft.runtime.run_sources.InUTC`)."""
 
 
 class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):

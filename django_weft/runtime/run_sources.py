@@ -111,11 +111,10 @@ def runs_of_list_filter(job: BulkJob) -> WorkflowRunQuerySet:
 # -- the list's filters ---------------------------------------------------------------------
 
 
-class _IsoDateTimeField(forms.DateTimeField):
-    """An ISO 8601 date-time only (no locale formats), converted to UTC: an offset the
-    database cannot take or a time out of range is refused."""
-
-    input_formats: list[str] = []  # to_python parses ISO 8601 itself, before any format
+class InUTC(forms.DateTimeField):
+    """A date-time field whose value is converted to UTC: an offset the database cannot
+    take (such as ``-20:57``, which Python accepts and PostgreSQL does not) or a time out
+    of range is refused as invalid input. The REST list's filter field builds on it too."""
 
     def to_python(self, value: Any) -> datetime | None:
         parsed = super().to_python(value)
@@ -125,6 +124,12 @@ class _IsoDateTimeField(forms.DateTimeField):
             return parsed.astimezone(UTC)
         except (OverflowError, ValueError):
             raise forms.ValidationError("This date-time is out of range.") from None
+
+
+class _IsoDateTimeField(InUTC):
+    """An ISO 8601 date-time only (no locale formats), in UTC."""
+
+    input_formats: list[str] = []  # to_python parses ISO 8601 itself, before any format
 
 
 class _ListFilters(forms.Form):
