@@ -435,7 +435,9 @@ def test_wait_condition_times_out() -> None:
 
 
 def test_handlers_run_while_the_workflow_sleeps_and_replay_reapplies_them() -> None:
-    handle = client.start("tests.m.sleep_with_handlers", args=[0.5])
+    # The sleep outlasts the two turns below however slow the machine (they must find the
+    # run still asleep); drive() then waits it out.
+    handle = client.start("tests.m.sleep_with_handlers", args=[3.0])
     park(handle.run_id)
     handle.signal("note", "a")
     assert make_engine("second").run_turn(handle.run_id) == TurnOutcome.PARKED
