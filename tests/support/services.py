@@ -177,9 +177,10 @@ class PrivateRedis:
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                "--appendonly", "no", "--dir", str(self.root)]  # fmt: skip
         self.process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "no", "--dir", str(self.root)],  # fmt: skip
+            argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
