@@ -36,6 +36,19 @@ except ImportError:
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+def text_flaw(text: str) -> str | None:
+    """What keeps ``text`` from being a name or key any database stores and any surface
+    shows: ``"a control character"`` (a NUL included), ``"a lone surrogate"``, or None."""
+    if any(ord(ch) < 32 for ch in text):
+        return "a control character"
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return "a lone surrogate"
+    return None
+
+
 def dumps(value: Any, *, what: str = "value", limit: int | None = None) -> str:
     """Encode ``value`` as JSON text, or raise :class:`PayloadError` saying what to fix."""
     try:

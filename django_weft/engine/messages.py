@@ -62,13 +62,17 @@ def cancellation_requested(info: dict[str, Any], seq: int) -> CancellationReques
 
 
 def check_message_name(name: Any, what: str) -> str:
-    """A signal, update or query name: a non-empty string of at most 200 characters."""
+    """A signal, update or query name: a non-empty string of at most 200 characters, with
+    no control character or lone surrogate."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigurationError(f"{what} name must be a non-empty string; got {name!r}")
     if len(name) > MAX_MESSAGE_NAME_LENGTH:
         raise ConfigurationError(
             f"{what} name is {len(name)} characters long; the limit is {MAX_MESSAGE_NAME_LENGTH}"
         )
+    flaw = codec.text_flaw(name)
+    if flaw:
+        raise ConfigurationError(f"{what} name must not contain {flaw}; got {name[:100]!r}")
     return name
 
 

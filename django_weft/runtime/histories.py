@@ -21,6 +21,7 @@ from typing import Any
 from django.db.models import Q
 
 from ..conf import weft_settings
+from ..engine import codec
 from ..engine.errors import InvalidInput
 from ..engine.records import ClaimedRun, RunStatus, StepRecord
 from ..models import Step, WorkflowRun
@@ -138,6 +139,10 @@ class RunSelection:
                 f"unknown run status {', '.join(map(repr, unknown))}; "
                 f"a status is one of {', '.join(_STATUSES)}"
             )
+        for name in self.workflows:
+            flaw = codec.text_flaw(name) if isinstance(name, str) else "no text"
+            if flaw:
+                raise InvalidInput(f"a workflow name must not contain {flaw}; got {name[:100]!r}")
         if self.since is not None and self.since.tzinfo is None:
             raise InvalidInput(f"since must be an aware datetime; got {self.since!r}")
 

@@ -76,12 +76,9 @@ def _message_key(value: Any, what: str) -> str:
         raise InvalidInput(f"{what} must be a non-empty string; got {value!r}")
     if len(value) > MAX_MESSAGE_NAME_LENGTH:
         raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {MAX_MESSAGE_NAME_LENGTH}")
-    if any(ord(ch) < 32 for ch in value):
-        raise InvalidInput(f"{what} must not contain control characters")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{what} must not contain a lone surrogate") from None
+    flaw = codec.text_flaw(value)
+    if flaw:
+        raise InvalidInput(f"{what} must not contain {flaw}")
     return value
 
 

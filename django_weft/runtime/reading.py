@@ -15,6 +15,7 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncMinute
 
 from ..conf import weft_settings
+from ..engine import codec
 from ..engine.error_types import ErrorType
 from ..engine.errors import (
     ResultTimeout,
@@ -59,13 +60,7 @@ def could_be_workflow_id(text: str) -> bool:
     """Whether a run could have ``text`` as its workflow id: not empty, at most
     ``WORKFLOW_ID_MAX_LENGTH`` characters, no control character, no lone surrogate (a
     start refuses each of these)."""
-    if not text or len(text) > WORKFLOW_ID_MAX_LENGTH or any(ord(ch) < 32 for ch in text):
-        return False
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
+    return bool(text) and len(text) <= WORKFLOW_ID_MAX_LENGTH and codec.text_flaw(text) is None
 
 
 def read_run(ref: str | uuid.UUID) -> RunRecord:

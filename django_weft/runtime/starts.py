@@ -56,12 +56,9 @@ def _validate_workflow_id(workflow_id: Any) -> str:
         raise InvalidInput("id must not be empty or blank; omit it to get a generated id")
     if len(workflow_id) > WORKFLOW_ID_MAX_LENGTH:
         raise InvalidInput(f"id is {len(workflow_id)} characters long; the limit is {WORKFLOW_ID_MAX_LENGTH}")
-    if any(ord(ch) < 32 for ch in workflow_id):
-        raise InvalidInput("id must not contain control characters")
-    try:
-        workflow_id.encode()
-    except UnicodeEncodeError:
-        raise InvalidInput("id must not contain a lone surrogate") from None
+    flaw = codec.text_flaw(workflow_id)
+    if flaw:
+        raise InvalidInput(f"id must not contain {flaw}")
     return workflow_id
 
 

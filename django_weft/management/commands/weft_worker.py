@@ -11,8 +11,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import weft_settings
 from ...runtime import InProcessWorker
+from ._arguments import log_level, positive, seconds
 
 logger = logging.getLogger("django_weft.worker")
+
+MAX_THREADS = 256
+"""More turn threads than this would only queue on the database's connections."""
 
 
 class Command(BaseCommand):
@@ -23,22 +27,27 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--threads", type=int, default=4, help="turn threads (default 4)")
+        parser.add_argument(
+            "--threads", type=positive, default=4, help=f"turn threads (default 4, at most {MAX_THREADS})"
+        )
         parser.add_argument(
             "--shutdown-timeout",
-            type=float,
+            type=seconds,
             default=10.0,
             help="seconds to let running turns finish at shutdown before releasing them (default 10)",
         )
         parser.add_argument("--no-sweep", action="store_true", help="do not run the sweep in this process")
         parser.add_argument(
-            "--log-level", default="INFO", help="level of the django_weft loggers (default INFO)"
+            "--log-level",
+            type=log_level,
+            default="INFO",
+            help="level of the django_weft loggers (default INFO)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         threads = options["threads"]
-        if threads < 1:
-            raise CommandError("--threads must be at least 1")
+        if threads > MAX_THREADS:
+            raise CommandError(f"--threads must be at most {MAX_THREADS}; got {threads}")
         self._configure_logging(options["log_level"])
         worker = InProcessWorker(threads=threads, sweep=not options["no_sweep"])
         stop = threading.Event()
