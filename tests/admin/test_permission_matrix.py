@@ -30,7 +30,6 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from django_weft import client
 from django_weft.engine.executor import TurnOutcome
-from django_weft.models import Schedule, WorkflowRun
 from django_weft.testing import make_engine
 from tests.support.driver import park
 from tests.support.permission_matrix import (
