@@ -1,4 +1,5 @@
-"""Who sees the run screens, and that nothing can be added, changed or deleted through them."""
+"""What the run screens show to whom. Who may open which screen, for every admin URL and
+action, is the generated matrix of test_permission_matrix.py."""
 
 from __future__ import annotations
 
@@ -17,18 +18,11 @@ def run() -> WorkflowRun:
     return make_run("order-1", status="waiting", waiting_on={"kind": "signal", "seq": 0, "name": "go"})
 
 
-def test_staff_without_view_permission_gets_403(run: WorkflowRun) -> None:
-    staff = logged_in("clerk")
-    assert staff.get(changelist_url()).status_code == 403
-    assert staff.get(change_url(run)).status_code == 403
-    index = staff.get(reverse("admin:index")).content.decode()
+def test_the_index_hides_runs_from_staff_without_view_permission(run: WorkflowRun) -> None:
+    index = logged_in("clerk").get(reverse("admin:index")).content.decode()
     assert "workflowrun" not in index
-
-
-def test_not_staff_is_sent_to_the_login_page(run: WorkflowRun) -> None:
-    outsider = logged_in("visitor", staff=False, permissions=("view_workflowrun",))
-    response = outsider.get(changelist_url())
-    assert response.status_code == 302 and "/login/" in response["Location"]
+    shown = logged_in("watcher", permissions=("view_workflowrun",)).get(reverse("admin:index"))
+    assert "workflowrun" in shown.content.decode()
 
 
 def test_view_permission_shows_the_screens_read_only(run: WorkflowRun) -> None:
@@ -41,22 +35,9 @@ def test_view_permission_shows_the_screens_read_only(run: WorkflowRun) -> None:
     assert "signal go" in html
 
 
-@pytest.mark.parametrize("who", ["viewer", "superuser"])
-def test_nothing_is_added_changed_or_deleted(run: WorkflowRun, who: str) -> None:
-    if who == "superuser":
-        user = logged_in("root", superuser=True)
-    else:
-        user = logged_in(
-            "viewer", permissions=("view_workflowrun", "change_workflowrun", "delete_workflowrun")
-        )
-    add_url = reverse("admin:django_weft_workflowrun_add")
-    assert user.get(add_url).status_code == 403
-    assert user.post(add_url, {"workflow_id": "new", "workflow_name": "tests.echo"}).status_code == 403
-    assert user.post(change_url(run), {"workflow_id": "changed", "status": "completed"}).status_code == 403
-    delete_url = reverse("admin:django_weft_workflowrun_delete", args=[run.pk])
-    assert user.get(delete_url).status_code == 403
-    assert user.post(delete_url, {"post": "yes"}).status_code == 403
-    # A forged bulk delete from the changelist: there are no actions to run.
+def test_a_forged_delete_action_deletes_nothing(run: WorkflowRun) -> None:
+    """The list offers no delete action; a POST naming Django's own deletes nothing."""
+    user = logged_in("root", superuser=True)
     response = user.post(changelist_url(), {"action": "delete_selected", "_selected_action": [str(run.pk)]})
     assert response.status_code in (200, 302, 403)
     run.refresh_from_db()

@@ -1,5 +1,5 @@
-"""Who may call what, over real HTTP: every mutating route by (anonymous, non-staff, staff
-without the permission, staff with it); and WEFT_API_RUN_FILTER hides runs as 404."""
+"""WEFT_API_RUN_FILTER hides runs as 404, over real HTTP. Who may call which route is
+the generated matrix of test_permission_matrix.py."""
 
 from __future__ import annotations
 
@@ -13,57 +13,9 @@ from django.test import override_settings
 from django_weft import client
 from django_weft.models import Signal, WorkflowRun
 
-from .conftest import Api, make_user
+from .conftest import Api
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-# (route, body, the permission it needs, the status it answers when allowed)
-MUTATING: list[tuple[str, dict[str, Any] | None, str, int]] = [
-    ("runs/", {"workflow": "tests.sleepy", "id": "new-run"}, "add_workflowrun", 201),
-    ("runs/{ref}/signal/", {"name": "poke"}, "signal_workflowrun", 202),
-    ("runs/{ref}/update/", {"name": "nothing-here", "wait": 0}, "update_workflowrun", 202),
-    ("runs/{ref}/suspend/", None, "suspend_workflowrun", 200),
-    ("runs/{ref}/resume/", None, "suspend_workflowrun", 409),
-    ("runs/{ref}/cancel/", {"reason": "matrix"}, "cancel_workflowrun", 200),
-    ("runs/{ref}/retry/", None, "cancel_workflowrun", 409),
-    ("runs/{ref}/query/", {"name": "nothing-here"}, "view_workflowrun", 400),
-]
-READS = ["runs/", "runs/{ref}/", "runs/{ref}/history/", "runs/{ref}/result/", "workflows/"]
-
-
-@pytest.mark.parametrize(("route", "body", "permission", "allowed"), MUTATING, ids=[m[0] for m in MUTATING])
-def test_each_mutating_route_needs_staff_and_its_permission(
-    api: Api, route: str, body: dict[str, Any] | None, permission: str, allowed: int
-) -> None:
-    ref = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
-    make_user("someone", staff=False, permissions=[permission])
-    make_user("staff-without", staff=True, permissions=[p for p in _all() if p != permission])
-    make_user("staff-with", staff=True, permissions=[permission, "view_workflowrun"])
-    path = route.format(ref=ref)
-    before = _snapshot()
-
-    anonymous = api.as_user(None).post(path, body)
-    assert anonymous.status_code == 401, anonymous.text
-    assert anonymous.json()["error"]["code"] == "not_authenticated"
-    for username in ("someone", "staff-without"):
-        refused = api.as_user(username).post(path, body)
-        assert refused.status_code == 403, (username, refused.text)
-        assert refused.json()["error"]["code"] == "permission_denied"
-    assert _snapshot() == before, "a refused request changed something"
-
-    granted = api.as_user("staff-with").post(path, body)
-    assert granted.status_code == allowed, granted.text
-
-
-def test_reads_need_view_permission(api: Api) -> None:
-    ref = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
-    make_user("staff-no-view", staff=True, permissions=["add_workflowrun"])
-    make_user("viewer", staff=True, permissions=["view_workflowrun"])
-    for route in READS:
-        path = route.format(ref=ref)
-        assert api.as_user(None).get(path).status_code == 401
-        assert api.as_user("staff-no-view").get(path).status_code == 403
-        assert api.as_user("viewer").get(path).status_code in (200, 202), path
 
 
 def only_gold(request: Any, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
@@ -104,19 +56,6 @@ def _every_route(api: Api, ref: str) -> list[Callable[[], Any]]:
         lambda: api.post(f"runs/{ref}/retry/"),
         lambda: api.post(f"runs/{ref}/reset/", {"to_seq": 0, "reason": "hidden"}),
     ]
-
-
-def _all() -> list[str]:
-    from .conftest import WEFT_PERMISSIONS
-
-    return WEFT_PERMISSIONS
-
-
-def _snapshot() -> tuple[Any, ...]:
-    return (
-        sorted(WorkflowRun.objects.values_list("pk", "status", "owner_epoch")),
-        Signal.objects.count(),
-    )
 
 
 def test_the_run_filter_does_not_leak_a_taken_id(api: Api) -> None:

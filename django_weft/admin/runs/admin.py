@@ -26,6 +26,7 @@ from ...conf import weft_settings
 from ...engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
 from ...engine.reset import ResetLink
 from ...models import Schedule, WorkflowRun
+from ...runtime.operations import OPERATIONS
 from .. import timeline
 from ..common.display import moment_field, pretty_json, run_link, status_badge
 from ..common.urls import admin_url
@@ -140,6 +141,12 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         css = {"all": ("django_weft/admin.css",)}
 
     # -- permissions: read-only ---------------------------------------------------------
+
+    def has_view_permission(self, request: HttpRequest, obj: WorkflowRun | None = None) -> bool:
+        # The catalogue's "view" (view_workflowrun), as the REST API asks: Django's
+        # default would let change_workflowrun show runs too, and a run cannot be
+        # changed here.
+        return OPERATIONS["view"].allowed(request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs are started through the runtime: the Start workflow tool
