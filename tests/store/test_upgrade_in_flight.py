@@ -9,15 +9,18 @@ waiting on a signal at 0005 (``ctx.wait_signal`` came with it), a schedule at 00
 
 from __future__ import annotations
 
+import itertools
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.apps.registry import Apps
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
@@ -39,6 +42,11 @@ SIGNALS = ("django_weft", "0005_message_step_kinds")
 SCHEDULES = ("django_weft", "0009_schedule")
 BEFORE_DEADLINE_TIMERS = ("django_weft", "0016_bulk_job_run_source_names")
 DEADLINE_TIMERS = ("django_weft", "0017_deadline_timers_for_earlier_runs")
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "upgrade.md"
+ROW = re.compile(
+    r"^\| `(?P<name>\d{4}_\w+)` \| [^|]+ \| (?P<verdict>yes|no)(?:: (?P<reason>[^|]+))? \|$", re.M
+)
 
 OLD_OWNER = "worker-before-upgrade"
 OLD_EPOCH = 2
@@ -381,3 +389,71 @@ def test_every_migration_is_reversible_and_applies_again_after_it_was_reversed(
     handle = client.start("tests.upgrade.greeting", args=["again"])
     _drive(lambda: handle.status() == "completed", "a run started on the re-created tables completes")
     assert handle.result() == "hello again"
+
+
+def _documented() -> dict[str, tuple[str, str]]:
+    """The upgrade page's table: migration -> (may the previous version keep running, why not)."""
+    rows = {m["name"]: (m["verdict"], (m["reason"] or "").strip()) for m in ROW.finditer(PAGE.read_text())}
+    assert rows, f"no migration table found in {PAGE}"
+    return rows
+
+
+def _migrations_in_order() -> list[str]:
+    graph = MigrationExecutor(connection).loader.graph
+    return [
+        name for app, name in graph.forwards_plan(graph.leaf_nodes("django_weft")[0]) if app == "django_weft"
+    ]
+
+
+class _RolledBack(Exception):
+    pass
+
+
+def _writes_as(apps: Apps) -> bool:
+    """Whether the models of ``apps`` (the code of that schema) can start a run, record its
+    step and timer, and store a signal and an update in the database as it is now; every
+    row is rolled back."""
+    model = lambda name: apps.get_model("django_weft", name)  # noqa: E731
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            run = model("WorkflowRun").objects.create(
+                id=uuid.uuid4(), workflow_id="written-by-old-code", workflow_name="tests.upgrade.greeting"
+            )
+            model("Step").objects.create(
+                run=run, seq=0, kind="activity", name="a", status="completed", result=1, started_at=now
+            )
+            model("Timer").objects.create(run=run, seq=1, kind="sleep", fire_at=now)
+            model("Signal").objects.create(run=run, name="s", payload=1)
+            model("Update").objects.create(run=run, update_id="u", name="u", payload=1)
+            raise _RolledBack
+    except _RolledBack:
+        return True
+    except IntegrityError:
+        return False
+
+
+def test_the_upgrade_page_lists_every_migration_and_says_why_one_is_unsafe() -> None:
+    documented = _documented()
+    assert sorted(documented) == sorted(_migrations_in_order())
+    assert [name for name, (verdict, reason) in documented.items() if verdict == "no" and not reason] == []
+
+
+def test_the_previous_schemas_code_keeps_writing_across_each_migration_the_upgrade_page_calls_safe(
+    migrate_to: Callable[[tuple[str, str]], Apps],
+) -> None:
+    documented = _documented()
+    names = _migrations_in_order()
+    migrate_to(("django_weft", names[0]))
+    wrong = []
+    for previous, name in itertools.pairwise(names):
+        old_code = MigrationExecutor(connection).loader.project_state([("django_weft", previous)]).apps
+        migrate_to(("django_weft", name))
+        verdict, reason = documented[name]
+        writes = _writes_as(old_code)
+        # "yes": the previous schema's code writes; a "no" blamed on a NOT NULL column: it cannot.
+        if (verdict == "yes" and not writes) or ("NOT NULL" in reason and writes):
+            wrong.append(
+                f"{name}: the page says {verdict!r}, the previous code {'can' if writes else 'cannot'} write"
+            )
+    assert wrong == []
