@@ -260,7 +260,8 @@ class Chaos:
         self.figures.zombies += 1
         self.log(f"FAULT SIGSTOP {kind} group {victim.pid} for {pause:.1f}s (past its {LEASE_TTL:g}s lease), "
                  f"owning {len(before)} runs")  # fmt: skip
-        self.stop_faults.wait(pause)
+        # Not cut short when the faulty phase ends: the zombie must outlive its lease.
+        time.sleep(pause)
         after = self.owned_runs(victim)
         deposed = len(before) - len(before & after) if before is not None and after is not None else 0
         victim.signal_group(signal.SIGCONT)
