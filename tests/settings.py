@@ -27,6 +27,9 @@ INSTALLED_APPS = [
     "django_weft",
     "django_weft.contrib.celery",
     "tests.testapp",
+    # The chaos suite's workload (tests/chaos): installed here too, so the normal suite
+    # has its tables for the tests that prove each invariant can fail.
+    "tests.chaos",
 ]
 
 MIDDLEWARE = [

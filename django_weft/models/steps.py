@@ -49,6 +49,12 @@ class Step(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
+    # The owner epoch that first recorded this position (a later rewrite of the row keeps
+    # it; 0 for a step copied by a reset). Evidence for the fencing guarantee
+    # (docs/explanation/guarantees.md): a run's steps, in the order they were inserted,
+    # never go back to an older epoch. A database default, so that a worker of the
+    # previous release, which does not name the column, can still insert during an upgrade.
+    epoch = models.BigIntegerField(default=0, db_default=0)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -59,7 +59,7 @@ SIGNAL_TABLE = Signal._meta.db_table
 
 _STEP_COLUMNS = (
     "run_id, seq, kind, name, status, args, result, error, attempt, "
-    "started_at, finished_at, created_at, updated_at"
+    "started_at, finished_at, created_at, updated_at, epoch"
 )
 _STEP_ON_CONFLICT = (
     "ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
@@ -281,7 +281,7 @@ class StoreSql:
         cast = "::jsonb" if self.is_postgres else ""
         return (
             f"%(seq)s, %(kind)s, %(name)s, %(status)s, %(args)s{cast}, %(result)s{cast}, "
-            f"%(error)s{cast}, %(attempt)s, %(started)s, %(finished)s, %(stamp)s, %(stamp)s"
+            f"%(error)s{cast}, %(attempt)s, %(started)s, %(finished)s, %(stamp)s, %(stamp)s, %(epoch)s"
         )
 
     def _build_step_sql(self) -> str:
@@ -485,7 +485,7 @@ class StoreSql:
         again = "(status = 'accepted' OR applied_seq >= %(cut)s)"
         statements = (
             f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "
-            "result, error, attempt, started_at, finished_at, created_at, updated_at "
+            "result, error, attempt, started_at, finished_at, created_at, updated_at, 0 "
             f"FROM {STEP_TABLE} WHERE run_id = %(old)s AND seq < %(cut)s",
             f"INSERT INTO {SIGNAL_TABLE} (run_id, name, payload, signal_id, received_at, consumed_seq) "
             "SELECT %(new)s, name, payload, signal_id, received_at, "

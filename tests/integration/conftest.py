@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +11,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.processes import REPO, CeleryCluster, CeleryProcess, WorkerProcess
+from tests.support.services import free_port
+
+__all__ = ["REPO", "CeleryCluster", "CeleryProcess", "WorkerProcess", "free_port", "wait_for"]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -26,43 +26,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
-
-
-class WorkerProcess:
-    """``manage.py weft_worker`` in a child process, on the test database."""
-
-    def __init__(self, log_dir: Path, index: int, env: dict[str, str], args: list[str]) -> None:
-        self.log_path = log_dir / f"worker-{index}.log"
-        self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "django", "weft_worker", "--log-level", "INFO", *args],
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    @property
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker did not exit within {timeout} s; log:\n{self.log}") from None
-
-    def signal(self, signum: int) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-        self._log.close()
 
 
 @pytest.fixture
@@ -104,105 +67,6 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
 
 # -- Celery worker and beat processes ------------------------------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class CeleryProcess:
-    """A ``celery worker`` or ``celery beat`` in its own process group (so ``kill -9``
-    takes its pool processes down with it), logging to a file."""
-
-    def __init__(self, log_path: Path, argv: list[str], env: dict[str, str]) -> None:
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.celery_app", *argv],
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def pool_pids(self) -> set[int]:
-        """The pids of this worker's pool processes (its children)."""
-        pids = set()
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == self.pid:
-                pids.add(int(stat.parent.name))
-        return pids
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        wait_for(lambda: " ready." in self.log or self.process.poll() is not None, timeout, "celery ready")
-        if self.process.poll() is not None:
-            raise AssertionError(f"celery exited with {self.process.returncode}:\n{self.log}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group: no shutdown code runs anywhere."""
-        if self.process.poll() is None:
-            os.killpg(self.pid, signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self) -> None:
-        self.kill()
-        self._log.close()
-
-
-class CeleryCluster:
-    """Starts Celery workers and beats against the test database and a broker."""
-
-    def __init__(self, log_dir: Path, broker_url: str, env: dict[str, str]) -> None:
-        self.log_dir = log_dir
-        self.broker_url = broker_url
-        self.env = env
-        self.processes: list[CeleryProcess] = []
-
-    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        env = dict(self.env)
-        env.update(extra or {})
-        return env
-
-    def worker(self, concurrency: int = 4, queues: str = "celery,tests", **env: str) -> CeleryProcess:
-        name = f"w{len(self.processes)}"
-        argv = ["worker", "-Q", queues, "-c", str(concurrency), "-P", "prefork", "-l", "INFO", "-n",
-                f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
-        process = CeleryProcess(self.log_dir / f"celery-{name}.log", argv, self._env(env))
-        self.processes.append(process)
-        return process
-
-    def beat(self, **env: str) -> CeleryProcess:
-        name = f"beat{len(self.processes)}"
-        argv = ["beat", "-l", "INFO", "-s", str(self.log_dir / f"{name}-schedule"), "--max-interval", "1"]
-        process = CeleryProcess(self.log_dir / f"celery-{name}.log", argv, self._env(env))
-        self.processes.append(process)
-        return process
-
-    def logs(self) -> str:
-        return "\n".join(f"==== {p.log_path.name}\n{p.log[-6000:]}" for p in self.processes)
-
-    def stop(self) -> None:
-        for process in self.processes:
-            process.stop()
 
 
 def celery_env(broker_url: str, **extra: str) -> dict[str, str]:

@@ -65,10 +65,13 @@ class PrivatePostgres:
     """A throwaway PostgreSQL cluster: ``start()``, ``stop()``, ``crash()``, ``restart()``.
 
     ``fsync`` is off (the tests are about connections going away, not about the disk), and
-    trust authentication for the ``postgres`` user over TCP on 127.0.0.1.
+    trust authentication for the ``postgres`` user over TCP on 127.0.0.1. Commits are
+    asynchronous unless ``keep_commits``: a ``crash()`` may then lose the last commits it
+    acknowledged, which a test that crashes the server and counts what it wrote must not
+    allow (a process crash keeps what reached the operating system, fsync or not).
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, keep_commits: bool = False) -> None:
         bins = postgres_binaries()
         if bins is None:
             raise RuntimeError(postgres_unavailable_reason())
@@ -81,6 +84,7 @@ class PrivatePostgres:
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.user = "postgres"
+        self.keep_commits = keep_commits
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -98,9 +102,10 @@ class PrivatePostgres:
     def start(self) -> None:
         if not self.data.exists():
             self.init()
+        commits = "on" if self.keep_commits else "off"
         options = (
             f"-p {self.port} -c listen_addresses={self.host} -k {self.root} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            f"-c fsync=off -c synchronous_commit={commits} -c full_page_writes=off -c max_connections=200"
         )
         self._run(
             str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_path), "-o", options,
