@@ -83,7 +83,9 @@ else:
             # deployment should (a new PostgreSQL backend per task costs more than the task).
             # The fault tests set both for the processes they start.
             "CONN_MAX_AGE": int(
-                os.environ.get("WEFT_TEST_CONN_MAX_AGE", 60 if os.environ.get("WEFT_TEST_CELERY") == "1" else 0)
+                os.environ.get(
+                    "WEFT_TEST_CONN_MAX_AGE", 60 if os.environ.get("WEFT_TEST_CELERY") == "1" else 0
+                )
             ),
             "CONN_HEALTH_CHECKS": os.environ.get("WEFT_TEST_CONN_HEALTH_CHECKS") == "1",
         }

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.private_project import ADMIN, PrivateProject, ServerProcess
-from tests.support.services import PrivatePostgres, postgres_unavailable_reason
+from tests.integration.conftest import CeleryCluster
+from tests.support.private_project import ADMIN, PrivateProject, ServerProcess, WorkerProcess
+from tests.support.services import PrivatePostgres, PrivateRedis, postgres_unavailable_reason
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -150,3 +152,72 @@ def test_rest_and_admin_answer_503_while_the_database_is_away_and_200_again_from
         assert "Traceback" not in server.log, server.log[-6000:]
     finally:
         server.stop()
+
+
+# -- worker processes --------------------------------------------------------------------
+
+RUNS = 8
+WORKLOAD = {"rounds": 6, "seconds": 0.5}
+DOWN_FOR = 3.0
+
+
+def some_runs_going(project: PrivateProject, run_ids: list[str]) -> bool:
+    """Some runs have moved and some have not finished: a fault now hits work in flight."""
+    statuses = project.statuses(run_ids).values()
+    return any(status != "pending" for status in statuses) and any(
+        status != "completed" for status in statuses
+    )
+
+
+def take_database_away(project: PrivateProject, run_ids: list[str], mode: str) -> None:
+    """Stop the database (``immediate``: a crash) while runs are in flight, start it again
+    after ``DOWN_FOR`` seconds, and wait until the runs move again: the processes carry on
+    with the connections they had before (none of them is restarted)."""
+    wait_until(lambda: some_runs_going(project, run_ids), "runs in flight", timeout=60)
+    project.cluster.stop(mode)
+    time.sleep(DOWN_FOR)
+    project.cluster.start()
+    recorded = project.steps_recorded(run_ids)
+    wait_until(
+        lambda: project.steps_recorded(run_ids) > recorded, "a step recorded after the restart", timeout=30
+    )
+
+
+def test_weft_worker_carries_on_across_two_database_restarts(
+    project: PrivateProject, database_back: PrivatePostgres, tmp_path: Path
+) -> None:
+    run_ids = project.start_runs("tests.outlasts_outages", RUNS, **WORKLOAD)
+    worker = WorkerProcess(project, tmp_path / "worker.log", WEFT_TEST_CONN_MAX_AGE="60")
+    try:
+        take_database_away(project, run_ids, "immediate")
+        take_database_away(project, run_ids, "fast")
+        project.wait_completed(run_ids, timeout=60, logs=lambda: worker.log[-8000:])
+        assert worker.process.poll() is None, f"the worker exited:\n{worker.log[-8000:]}"
+    finally:
+        worker.stop()
+
+
+def test_celery_worker_and_beat_carry_on_across_a_database_restart_and_a_broker_restart(
+    project: PrivateProject, database_back: PrivatePostgres, tmp_path: Path
+) -> None:
+    broker = PrivateRedis(tmp_path / "redis")
+    broker.start()
+    cluster = CeleryCluster(
+        tmp_path,
+        broker.url,
+        project.env(WEFT_TEST_CELERY="1", WEFT_TEST_BROKER_URL=broker.url, WEFT_LOG_LEVEL="INFO"),
+    )
+    try:
+        worker = cluster.worker(concurrency=2)
+        beat = cluster.beat()
+        worker.wait_ready()
+        run_ids = project.start_runs("tests.outlasts_outages", RUNS, **WORKLOAD)
+        take_database_away(project, run_ids, "immediate")
+        wait_until(lambda: some_runs_going(project, run_ids), "runs in flight", timeout=60)
+        broker.restart(down_for=DOWN_FOR)
+        project.wait_completed(run_ids, timeout=60, logs=cluster.logs)
+        for process in (worker, beat):
+            assert process.process.poll() is None, f"a Celery process exited:\n{cluster.logs()}"
+    finally:
+        cluster.stop()
+        broker.stop()

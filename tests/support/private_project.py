@@ -89,6 +89,10 @@ class PrivateProject:
         )
         return dict(rows)
 
+    def steps_recorded(self, run_ids: list[str]) -> int:
+        rows = self.sql("SELECT count(*) FROM django_weft_step WHERE run_id::text = ANY(%s)", run_ids)
+        return int(rows[0][0])
+
     def wait_completed(self, run_ids: list[str], timeout: float, logs: Any = "") -> None:
         def all_completed() -> bool:
             try:
@@ -142,6 +146,33 @@ class ServerProcess:
                 return True
         except OSError:
             return False
+
+    @property
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._log.close()
+
+
+class WorkerProcess:
+    """``manage.py weft_worker`` on the project's database."""
+
+    def __init__(self, project: PrivateProject, log_path: Path, threads: int = 2, **env: str) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "django", "weft_worker", "--threads", str(threads)],
+            cwd=REPO,
+            env=project.env(**env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
     @property
     def log(self) -> str:
