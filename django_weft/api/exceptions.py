@@ -43,6 +43,9 @@ from ..runtime.outages import RETRY_AFTER, database_unavailable
 
 logger = logging.getLogger("django_weft.api")
 
+UNAVAILABLE = "unavailable"
+"""The code of a 503: the database is away or busy (``Retry-After`` says when to retry)."""
+
 
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
@@ -144,7 +147,7 @@ def weft_exception_handler(exc: Exception, context: dict[str, Any]) -> Response 
         # The cause on one line (refused, closed, no such table...): the client's answer
         # names none, and a traceback would say nothing more about a database away.
         logger.error("%s: the database is not answering (503): %s", context.get("request"), exc)
-        response = error_response("unavailable", UNAVAILABLE_MESSAGE, status.HTTP_503_SERVICE_UNAVAILABLE)
+        response = error_response(UNAVAILABLE, UNAVAILABLE_MESSAGE, status.HTTP_503_SERVICE_UNAVAILABLE)
         response["Retry-After"] = str(RETRY_AFTER)
         return response
     if isinstance(exc, WeftError):
