@@ -1015,9 +1015,6 @@ def reset_attributes(ctx: Any, key: str) -> str:
     return "done"
 
 
-from . import replay_workflows  # noqa: E402, F401  (registers the replay tests' workflows)
-
-
 # -- the database and the broker going away (tests/integration/test_outages.py) ----------
 
 
@@ -1037,3 +1034,6 @@ def outlasts_outages(ctx: Any, rounds: int = 4, seconds: float = 0.5) -> int:
         ctx.sleep(seconds)
         ctx.run(queued_pause, 0.05)
     return rounds
+
+
+from . import replay_workflows  # noqa: E402, F401  (registers the replay tests' workflows)
