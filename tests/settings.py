@@ -10,6 +10,8 @@ from typing import Any
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
+# The fault tests serve the test project over HTTP from a process of its own.
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 
@@ -82,7 +84,13 @@ else:
             "TEST": {"NAME": os.environ.get("WEFT_TEST_PG_TEST_NAME", "test_weft")},
             # Celery worker processes keep their connection between tasks, as a production
             # deployment should (a new PostgreSQL backend per task costs more than the task).
-            "CONN_MAX_AGE": 60 if os.environ.get("WEFT_TEST_CELERY") == "1" else 0,
+            # The fault tests set both for the processes they start.
+            "CONN_MAX_AGE": int(
+                os.environ.get(
+                    "WEFT_TEST_CONN_MAX_AGE", 60 if os.environ.get("WEFT_TEST_CELERY") == "1" else 0
+                )
+            ),
+            "CONN_HEALTH_CHECKS": os.environ.get("WEFT_TEST_CONN_HEALTH_CHECKS") == "1",
         }
     }
 

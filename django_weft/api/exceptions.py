@@ -2,11 +2,13 @@
 
 :func:`weft_exception_handler` is used by django_weft's views only (their
 ``get_exception_handler``), so the project's ``EXCEPTION_HANDLER`` and its other views are
-untouched. Every :class:`~django_weft.WeftError` a client can cause maps to a 4xx code.
+untouched. Every :class:`~django_weft.WeftError` a client can cause maps to a 4xx code;
+the database away or busy is a 503 with ``Retry-After`` (``unavailable``), not a 500.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -36,6 +38,13 @@ from ..engine.errors import (
     WorkflowTerminalError,
     WorkflowTimedOut,
 )
+from ..runtime.outages import MESSAGE as UNAVAILABLE_MESSAGE
+from ..runtime.outages import RETRY_AFTER, database_unavailable
+
+logger = logging.getLogger("django_weft.api")
+
+UNAVAILABLE = "unavailable"
+"""The code of a 503: the database is away or busy (``Retry-After`` says when to retry)."""
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -134,6 +143,13 @@ def weft_error_details(exc: WeftError) -> dict[str, Any]:
 
 def weft_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler producing the envelope; ``None`` (a 500) for anything else."""
+    if database_unavailable(exc):
+        # The cause on one line (refused, closed, no such table...): the client's answer
+        # names none, and a traceback would say nothing more about a database away.
+        logger.error("%s: the database is not answering (503): %s", context.get("request"), exc)
+        response = error_response(UNAVAILABLE, UNAVAILABLE_MESSAGE, status.HTTP_503_SERVICE_UNAVAILABLE)
+        response["Retry-After"] = str(RETRY_AFTER)
+        return response
     if isinstance(exc, WeftError):
         for klass, http_status, code in _WEFT_ERRORS:
             if isinstance(exc, klass):

@@ -13,11 +13,15 @@ from django.db import close_old_connections, connections
 from ..conf import weft_settings
 from .dispatch import LocalDispatcher, use_dispatcher
 from .heartbeat import Heartbeat
+from .outages import database_unavailable
 from .process import get_engine
 from .sweep import tick
 from .worker import run_activity
 
 logger = logging.getLogger("django_weft.worker")
+
+SWEEP_BACKOFF_MAX = 2.0
+"""Seconds between the sweep's attempts at most while they fail (the database away)."""
 
 
 class InProcessWorker:
@@ -66,12 +70,18 @@ class InProcessWorker:
                     run_activity(work.run_id, work.seq, work.attempt)
                 else:
                     self.engine.run_turn(work.run_id)
-            except Exception:
-                logger.exception("run %s: %s crashed; it is retried after its lease expires", work.run_id,
-                                 "activity" if work.is_activity else "turn")  # fmt: skip
+            except Exception as exc:
+                what = "activity" if work.is_activity else "turn"
+                retried = "it is retried after its lease expires"
+                if database_unavailable(exc):
+                    logger.warning("run %s: %s stopped, the database is not answering (%s); %s",
+                                   work.run_id, what, exc, retried)  # fmt: skip
+                else:
+                    logger.exception("run %s: %s crashed; %s", work.run_id, what, retried)
                 close_old_connections()
 
     def _sweep_loop(self) -> None:
+        failures = 0
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
@@ -79,10 +89,21 @@ class InProcessWorker:
                 # 0: a run sent elsewhere (say to Celery) but not yet claimed is taken
                 # at once; this sweep's dispatches go to this process's own threads.
                 tick(self.dispatcher, redispatch_after=0.0)
-            except Exception:
-                logger.exception("sweep failed; retrying")
+                if failures:
+                    logger.info("sweep: working again after %d failed attempts", failures)
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                if not database_unavailable(exc):
+                    logger.exception("sweep failed; retrying")
+                elif failures == 1:
+                    logger.warning("sweep: the database is not answering (%s); retrying", exc)
                 close_old_connections()
             interval = weft_settings.TICK_INTERVAL
+            if failures:
+                # Backing off while the database is away: a tick interval, doubled per
+                # failure up to SWEEP_BACKOFF_MAX, so a restart is noticed within seconds.
+                interval = min(interval * 2 ** min(failures - 1, 10), max(interval, SWEEP_BACKOFF_MAX))
             pause = interval - (time.monotonic() - started)
             next_due = self.dispatcher.next_due_in()
             if next_due is not None:

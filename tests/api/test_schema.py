@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
 from django_weft import client
-from django_weft.api.exceptions import _DRF_CODES, _WEFT_ERRORS
+from django_weft.api.exceptions import _DRF_CODES, _WEFT_ERRORS, UNAVAILABLE
 from django_weft.models import Schedule
 from django_weft.runtime import process_bulk_jobs, start_bulk_job, sync_schedules
 from django_weft.runtime.run_sources import RUNS_LIST as RUNS_FROM
@@ -159,6 +159,6 @@ def test_the_rest_reference_lists_every_route_and_error_code_of_the_schema() -> 
     page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "rest.md").read_text()
     in_docs = set(re.findall(r"^\| (GET|POST|PATCH|DELETE) \| `([^`]+)` \|", page, re.MULTILINE))
     assert in_docs == in_schema
-    codes = {code for _, _, code in _WEFT_ERRORS} | set(_DRF_CODES.values())
+    codes = {code for _, _, code in _WEFT_ERRORS} | set(_DRF_CODES.values()) | {UNAVAILABLE}
     documented = set(re.findall(r"`([a-z_]+)`", page.split("## Errors", 1)[1].split("## Permissions")[0]))
     assert codes <= documented, codes - documented

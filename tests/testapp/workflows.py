@@ -1015,4 +1015,25 @@ def reset_attributes(ctx: Any, key: str) -> str:
     return "done"
 
 
+# -- the database and the broker going away (tests/integration/test_outages.py) ----------
+
+
+@activity(name="tests.q.pause", queue="tests", retry=RetryPolicy(max_attempts=20, initial_interval=0.2))
+def queued_pause(seconds: float) -> float:
+    """Touches no table: every write around it is the engine's own."""
+    time.sleep(seconds)
+    return seconds
+
+
+@workflow(name="tests.outlasts_outages")
+def outlasts_outages(ctx: Any, rounds: int = 4, seconds: float = 0.5) -> int:
+    """Rounds of an inline activity, a durable sleep and a queued activity, none of which
+    writes a table of its own, so a run completes whatever moment an outage hits it."""
+    for index in range(rounds):
+        ctx.run(noop, index)
+        ctx.sleep(seconds)
+        ctx.run(queued_pause, 0.05)
+    return rounds
+
+
 from . import replay_workflows  # noqa: E402, F401  (registers the replay tests' workflows)

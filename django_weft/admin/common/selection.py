@@ -28,8 +28,11 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
+from django.urls import URLPattern
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+
+from .outages import answering_outages
 
 ALL_MATCHING = "_weft_all_matching"
 """POSTed as ``1``: act on every row the changelist's query string matches."""
@@ -118,13 +121,21 @@ def chosen_action(request: HttpRequest) -> str:
 
 class ConfirmedActionsAdmin(admin.ModelAdmin):
     """A changelist whose actions may apply to every row the filter matches, with
-    permission-guarded actions refused with 403 when forged."""
+    permission-guarded actions refused with 403 when forged; every view of it, the
+    subclass's own too, answers the database's absence with a 503 page (``outages``)."""
 
     guarded_actions: ClassVar[frozenset[str]] = frozenset()
     """Actions a POST may name only when :meth:`get_actions` offers them to the user."""
     all_matching_needs_filter: ClassVar[bool] = True
     """Refuse "apply to all" on an unfiltered list (a table of millions of runs); a
     short table (schedules) may allow it."""
+
+    @property
+    def urls(self) -> list[URLPattern]:
+        # The property the admin site reads, over the subclass's get_urls: its extra
+        # views (tools, dashboard, backfill) are guarded as well as Django's.
+        site = self.admin_site
+        return answering_outages(self.get_urls(), str(site.site_header), str(site.site_title))
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

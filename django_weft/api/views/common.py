@@ -36,7 +36,8 @@ ERRORS = OpenApiResponse(s.ErrorSerializer, description="The error envelope (see
 
 
 def error_responses(*codes: int) -> dict[int, OpenApiResponse]:
-    return dict.fromkeys((400, 401, 403, 404, 413, *codes), ERRORS)
+    # 503: any route may find the database away (``unavailable``).
+    return dict.fromkeys((400, 401, 403, 404, 413, *codes, 503), ERRORS)
 
 
 class WeftAPIView(APIView):

@@ -16,6 +16,7 @@ from celery import shared_task
 from ... import runtime
 from ...conf import weft_settings
 from ...runtime.heartbeat import ensure_heartbeat
+from ...runtime.outages import DATABASE_UNAVAILABLE
 from . import ACTIVITY_TASK, GC_TASK, TICK_TASK, TURN_TASK
 
 logger = logging.getLogger("django_weft.celery")
@@ -47,8 +48,15 @@ def tick() -> dict[str, int]:
     Runs whose worker died are also driven right here (up to ``TICK_LOCAL_TAKEOVERS``,
     starting new ones for half a tick interval), racing their queued messages: recovery
     then does not wait behind a busy queue. The claim decides who drives each run; the
-    loser's attempt is a no-op. Give this task no time limits shorter than a turn."""
-    report = runtime.tick()
+    loser's attempt is a no-op. Give this task no time limits shorter than a turn.
+
+    While the database is away the sweep logs one line and returns: the next beat's tick
+    tries again, on a new connection (``signals.drop_broken_connections``)."""
+    try:
+        report = runtime.tick()
+    except DATABASE_UNAVAILABLE as exc:
+        logger.warning("tick: the database is not answering (%s); the next tick retries", exc)
+        return {"fired": 0, "dispatched": 0, "purged": 0}
     if report.fired or report.dispatched:
         logger.info("tick: fired %d timers, dispatched %d runs", report.fired, report.dispatched)
     if report.taken_over:
