@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import quote
 
 import pytest
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver
 
 from django_weft.models import Schedule, WorkflowRun
+from tests.support.urlconf import routes_under
 
 BAD_IDS = {
     "nul-inside": "a\x00b",
@@ -28,15 +27,8 @@ _PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>|\(\?P<(\w+)>[^)]*\)")
 
 
 def _admin_routes() -> Iterator[str]:
-    def walk(patterns: list[Any], prefix: str) -> Iterator[str]:
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
-            elif isinstance(pattern, URLPattern):
-                yield prefix + str(pattern.pattern)
-
-    for route in walk(get_resolver().url_patterns, ""):
-        if route.startswith("admin/django_weft/") and _PARAMETER.search(route):
+    for route in routes_under("admin/django_weft/"):
+        if _PARAMETER.search(route):
             yield route
 
 

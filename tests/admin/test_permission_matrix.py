@@ -26,7 +26,7 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.urls import reverse
 
 from django_weft import client
 from django_weft.engine.executor import TurnOutcome
@@ -43,6 +43,7 @@ from tests.support.permission_matrix import (
     sanity,
     snapshot,
 )
+from tests.support.urlconf import routes_under
 
 pytestmark = pytest.mark.django_db
 
@@ -53,21 +54,9 @@ LOGIN = "/admin/login/"
 # -- the walk -------------------------------------------------------------------------------
 
 
-def _patterns(patterns: list[Any], prefix: str) -> Iterator[str]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from _patterns(pattern.url_patterns, prefix + str(pattern.pattern))
-        elif isinstance(pattern, URLPattern):
-            yield prefix + str(pattern.pattern)
-
-
 def walked_urls() -> set[str]:
     """The admin URLs of django_weft's models, as patterns under ``admin/django_weft/``."""
-    return {
-        route[len(PREFIX) :]
-        for route in _patterns(get_resolver().url_patterns, "")
-        if route.startswith(PREFIX)
-    }
+    return {route[len(PREFIX) :] for route in routes_under(PREFIX)}
 
 
 def walked_actions() -> set[str]:

@@ -21,28 +21,19 @@ from django_weft import client
 from django_weft.models import BulkJob, Schedule, Signal, Update, WorkflowRun
 from django_weft.runtime import process_bulk_jobs, start_bulk_job
 from django_weft.runtime.run_sources import RUNS_LIST
+from tests.support.odd_input import ODD_NUMBERS, ODD_TEXT
 
 from .conftest import Api
 
 ODD: dict[str, Any] = {
-    "nul": "a\x00b",
-    "nul-alone": "\x00",
-    "control": "a\x01\x1f\x7fb",
-    "lone-surrogate": "a\ud800b",
-    "very-long": "x" * 10_000,
-    "emoji": "\U0001f600",
-    "past-64-bits": 2**64,
-    "very-negative": -(2**63) - 1,
-    "negative": -1,
-    "float": 0.5,
+    **ODD_TEXT,
+    **ODD_NUMBERS,
     "huge-float": 1e308,
     "true": True,
     "null": None,
     "list": ["a", 1],
     "object": {"a": {"b": 1}},
-    "sql": "x' OR '1'='1'; DROP TABLE django_weft_workflowrun; --",
     "json-path": '$.a[*] ? (@ == "x") || $.**',
-    "like": "%_\\",
 }
 """The odd values; query parameters and headers carry each as text."""
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from django.urls import URLPattern, URLResolver, get_resolver
 
 from django_weft import WorkflowNotFound, client
 from django_weft.models import Schedule, WorkflowRun
+from tests.support.urlconf import routes_under
 
 from .conftest import Api
 
@@ -34,15 +33,8 @@ _PARAMETER = re.compile(r"\(\?P<(\w+)>[^)]*\)")
 def _api_routes() -> Iterator[str]:
     """The API's routes with at least one path parameter, as regex text under api/weft/."""
 
-    def walk(patterns: list[Any], prefix: str) -> Iterator[str]:
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
-            elif isinstance(pattern, URLPattern):
-                yield prefix + str(pattern.pattern)
-
-    for route in walk(get_resolver().url_patterns, ""):
-        if route.startswith("api/weft/") and _PARAMETER.search(route):
+    for route in routes_under("api/weft/"):
+        if _PARAMETER.search(route):
             yield route[len("api/weft/") :]
 
 

@@ -16,7 +16,7 @@ written. A session-authenticated write needs the CSRF token; with it, it passes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 from django.contrib.auth import get_user_model
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.urls import reverse
 from rest_framework.permissions import IsAdminUser
 
 from django_weft import client
@@ -45,6 +45,7 @@ from tests.support.permission_matrix import (
     sanity,
     snapshot,
 )
+from tests.support.urlconf import patterns_under
 
 from .conftest import Api
 
@@ -56,14 +57,6 @@ METHODS = ("get", "post", "put", "patch", "delete")
 
 
 # -- the walk -------------------------------------------------------------------------------
-
-
-def _patterns(patterns: list[Any], prefix: str) -> Iterator[tuple[str, URLPattern]]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from _patterns(pattern.url_patterns, prefix + str(pattern.pattern))
-        elif isinstance(pattern, URLPattern):
-            yield prefix + str(pattern.pattern), pattern
 
 
 def _needs_of(view_class: type[Any], action: str) -> Needs:
@@ -79,9 +72,7 @@ def _needs_of(view_class: type[Any], action: str) -> Needs:
 def walked_routes() -> dict[tuple[str, str], Needs]:
     """Every (URL name, method) under ``api/weft/`` and what it needs."""
     found: dict[tuple[str, str], Needs] = {}
-    for route, pattern in _patterns(get_resolver().url_patterns, ""):
-        if not route.startswith(PREFIX):
-            continue
+    for route, pattern in patterns_under(PREFIX):
         callback: Any = pattern.callback
         assert pattern.name, f"{route}: a route without a name"
         actions = getattr(callback, "actions", None)

@@ -19,26 +19,17 @@ from django.core.management.base import CommandError
 
 from django_weft import client
 from django_weft.models import BulkJob, Schedule, Signal, Step, Update, WorkflowRun
+from tests.support.odd_input import ODD_NUMBERS, ODD_TEXT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ODD = {
-    "nul": "a\x00b",
-    "nul-alone": "\x00",
-    "control": "a\x01\x1f\x7fb",
-    "lone-surrogate": "a\ud800b",
-    "very-long": "x" * 10_000,
-    "emoji": "\U0001f600",
-    "past-64-bits": str(2**64),
-    "very-negative": str(-(2**63) - 1),
-    "negative": "-1",
+    **ODD_TEXT,
+    **{name: str(number) for name, number in ODD_NUMBERS.items()},
     "zero": "0",
-    "float": "0.5",
     "json-list": "[1, [2]]",
     "json-object": '{"a": {"b": null}}',
     "not-json": "{",
-    "sql": "x' OR '1'='1'; --",
-    "like": "%_\\",
 }
 RUN = "cmd-run"
 # Long-running by design: the worker and the tick loop are walked with the values that
