@@ -9,6 +9,7 @@ test reads the outcome with plain SQL.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,10 @@ from typing import Any
 
 import psycopg
 
+from tests.support.processes import REPO, GroupProcess
 from tests.support.services import PrivatePostgres, free_port
 from tests.support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 DATABASE = "weft"
 ADMIN = ("operator", "operator-password")
 
@@ -109,78 +110,31 @@ class PrivateProject:
             raise AssertionError(f"runs by status: {counts}\n{logs() if callable(logs) else logs}") from None
 
 
-class ServerProcess:
+class ServerProcess(GroupProcess):
     """``manage.py runserver`` without threads or reloader: one process and one thread
     serve every request, so a persistent database connection is reused by all of them."""
 
     def __init__(self, project: PrivateProject, log_path: Path, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "django",
-                "runserver",
-                "--noreload",
-                "--nothreading",
-                f"127.0.0.1:{self.port}",
-            ],
-            cwd=REPO,
-            env=project.env(**env),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        argv = [sys.executable, "-m", "django", "runserver", "--noreload", "--nothreading",
+                f"127.0.0.1:{self.port}"]  # fmt: skip
+        super().__init__(log_path, argv, project.env(**env))
         wait_until(self._answers, "the web server to answer", timeout=60)
 
     def _answers(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"the web server exited with {self.process.returncode}:\n{self.log}")
-        import socket
-
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                 return True
         except OSError:
             return False
 
-    @property
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-        self._log.close()
-
-
-class WorkerProcess:
+class WorkerProcess(GroupProcess):
     """``manage.py weft_worker`` on the project's database."""
 
     def __init__(self, project: PrivateProject, log_path: Path, threads: int = 2, **env: str) -> None:
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "django", "weft_worker", "--threads", str(threads)],
-            cwd=REPO,
-            env=project.env(**env),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    @property
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-        self._log.close()
+        argv = [sys.executable, "-m", "django", "weft_worker", "--threads", str(threads)]
+        super().__init__(log_path, argv, project.env(**env))

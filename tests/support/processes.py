@@ -20,7 +20,7 @@ from tests.support.waiting import wait_until
 REPO = Path(__file__).resolve().parents[2]
 
 
-class _GroupProcess:
+class GroupProcess:
     """A child process leading a process group of its own, logging to ``log_path``."""
 
     def __init__(self, log_path: Path, argv: list[str], env: dict[str, str]) -> None:
@@ -74,7 +74,7 @@ class _GroupProcess:
         self._log.close()
 
 
-class WorkerProcess(_GroupProcess):
+class WorkerProcess(GroupProcess):
     """``manage.py weft_worker`` (run as ``python -m django``) on the settings ``env`` names."""
 
     def __init__(self, log_dir: Path, index: int, env: dict[str, str], args: list[str]) -> None:
@@ -88,7 +88,7 @@ class WorkerProcess(_GroupProcess):
             raise AssertionError(f"worker did not exit within {timeout} s; log:\n{self.log}") from None
 
 
-class CeleryProcess(_GroupProcess):
+class CeleryProcess(GroupProcess):
     """A ``celery worker`` or ``celery beat`` of the app ``tests.celery_app``."""
 
     def __init__(self, log_path: Path, argv: list[str], env: dict[str, str]) -> None:
