@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, weft_settings
 from .engine.errors import WeftError
+from .extras import install_hint, missing_module
 
 
 def _value_error(setting: str, exc: Exception, check_id: str) -> Error:
@@ -156,7 +160,17 @@ def _check_database() -> list[Any]:
                 id="django_weft.E013",
             )
         ]
-    connection = connections[alias]
+    try:
+        connection = connections[alias]
+    except ImproperlyConfigured as exc:
+        # Django cannot load the backend: without psycopg, say which extra brings it.
+        engine = str(settings.DATABASES[alias].get("ENGINE", ""))
+        errors = _psycopg_missing(alias, str(exc)) if "postgres" in engine or "postgis" in engine else []
+        if not errors:
+            raise
+        return errors
+    if connection.vendor == "postgresql":
+        return _psycopg_missing(alias, "")
     if connection.vendor not in ("postgresql", "sqlite"):
         return [
             Error(
@@ -176,3 +190,71 @@ def _check_database() -> list[Any]:
                 )
             ]
     return []
+
+
+def _psycopg_missing(alias: str, django_says: str) -> list[Any]:
+    """django_weft sends its step writes through psycopg 3 on PostgreSQL (psycopg2 alone
+    serves Django, not those)."""
+    missing = missing_module("psycopg")
+    if missing is None:
+        return []
+    reason = f" Django says: {django_says}" if django_says else ""
+    return [
+        Error(
+            f"Database {alias!r} is PostgreSQL, and psycopg 3 cannot be imported ({missing[1]}).{reason}",
+            hint=f"Install the 'postgres' extra: {install_hint('postgres')}",
+            id="django_weft.E023",
+        )
+    ]
+
+
+API_URLS = "django_weft.api.urls"
+
+#: The apps the REST API's schema pages need when its URLs are mounted, with what goes
+#: wrong without each (docs/reference/checks.md).
+API_PAGE_APPS = {
+    "drf_spectacular": (
+        "django_weft.E021",
+        "its Swagger UI page answers 500 (TemplateDoesNotExist: drf_spectacular/swagger_ui.html)",
+    ),
+    "drf_spectacular_sidecar": (
+        "django_weft.E022",
+        "its Swagger UI and Redoc pages load no script (their static files are that app's)",
+    ),
+}
+
+
+@register(Tags.urls)
+def check_api_apps(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """The URL conf mounts ``django_weft.api.urls`` without an app its schema pages need."""
+    if not _mounts(API_URLS):
+        return []
+    return [
+        Error(
+            f"The URL conf includes {API_URLS!r}, but {app!r} is not in INSTALLED_APPS: {what}.",
+            hint=f'Add "{app}" to INSTALLED_APPS (see docs/reference/rest.md).',
+            id=check_id,
+        )
+        for app, (check_id, what) in API_PAGE_APPS.items()
+        if not apps.is_installed(app)
+    ]
+
+
+def _mounts(module_name: str) -> bool:
+    """Whether the project's URL conf includes ``module_name``, at any depth."""
+    try:
+        patterns = list(get_resolver().url_patterns)
+    except Exception:
+        # A URL conf that does not load is reported by Django's own URL check.
+        return False
+    while patterns:
+        pattern = patterns.pop()
+        if not isinstance(pattern, URLResolver):
+            continue
+        if getattr(pattern.urlconf_module, "__name__", pattern.urlconf_name) == module_name:
+            return True
+        try:
+            patterns.extend(pattern.url_patterns)
+        except Exception:
+            continue
+    return False

@@ -155,11 +155,14 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         # propagate=False: Celery's worker also logs the root logger; print each line once.
+        # scripts/run-example sets WEFT_LOG_LEVEL=WARNING: the console then shows what the
+        # workflows and the demo app say (the two INFO loggers below), not every turn.
         "django_weft": {
             "handlers": ["console"],
             "level": os.environ.get("WEFT_LOG_LEVEL", "INFO"),
             "propagate": False,
         },
+        "django_weft.workflow": {"level": "INFO"},  # ctx.logger: the workflows' own lines
         "example_project": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

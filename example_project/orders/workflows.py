@@ -76,8 +76,9 @@ def _check_gift_note(note: Any) -> None:
         raise ValueError(f"a gift note has at most 140 characters; this one has {len(note)}")
 
 
-#: How long an order waits for someone to give it a warehouse slot before it ships anyway.
-WAREHOUSE_SLOT_TIMEOUT = "3m"
+#: How long an order waits for someone to give it a warehouse slot before it ships anyway:
+#: long enough for a person trying the demo to take their time.
+WAREHOUSE_SLOT_TIMEOUT = "1d"
 
 
 @workflow(name="orders.fulfil")

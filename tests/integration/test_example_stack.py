@@ -45,9 +45,11 @@ def _example_env(state: Path, port: int) -> dict[str, str]:
     return env
 
 
-def _start_stack(tmp_path: Path, state: Path) -> tuple[dict[str, str], subprocess.Popen[bytes], Path]:
+def _start_stack(
+    tmp_path: Path, state: Path, log_level: str = "WARNING"
+) -> tuple[dict[str, str], subprocess.Popen[bytes], Path]:
     """``scripts/run-example`` in its own session (so the test can stop all of it)."""
-    env = _example_env(state, _free_port())
+    env = {**_example_env(state, _free_port()), "WEFT_LOG_LEVEL": log_level}
     log_path = tmp_path / "run-example.log"
     with log_path.open("wb") as log:
         stack = subprocess.Popen(
@@ -128,7 +130,8 @@ def test_the_example_stack_completes_200_orders_under_cpu_load_and_no_process_di
 
 def test_run_example_names_the_process_that_died_and_shows_its_last_lines(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    _, stack, log_path = _start_stack(tmp_path, state)
+    # At INFO beat logs each tick it sends (its default, WARNING, logs nothing to quote).
+    _, stack, log_path = _start_stack(tmp_path, state, log_level="INFO")
     try:
         _wait_until_up(stack, log_path)
         beat_log = state / "logs" / "beat.log"

@@ -17,7 +17,12 @@ Each block the page marks with an HTML comment (invisible on the site) is a step
   over HTTP (log in, the run list, the run's page, the order's page, Send signal).
 
 A line the test does not know how to run fails it: a new kind of step needs a rule here.
-The last step runs the page's own pytest file, with the ``weft`` fixture.
+The last step runs the page's own pytest file, with the ``weft`` fixture. Every address of
+the development server the page names (the Swagger UI page) is opened while it runs, with
+the scripts and styles it loads.
+
+The REST reference's set-up blocks (docs/reference/rest.md, marked the same way) are run
+in a project of their own, which then serves the schema pages.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import pytest
 from .conftest import REPO, wait_for
 
 PAGE = REPO / "docs" / "tutorial.md"
+REST_PAGE = REPO / "docs" / "reference" / "rest.md"
 STEP = re.compile(
     r"^<!-- (file|append|stdin|run|check)(?:: (.+?))? -->\n"
     r"(?:\n*```(\w*)\n(.*?)^```\n(?:\n```json\n(.*?)^```\n)?)?",
@@ -64,13 +70,14 @@ class Step:
     body: str
     answers: list[str]
     line: int
+    page: str = "docs/tutorial.md"
 
     def __str__(self) -> str:
-        return f"docs/tutorial.md:{self.line} ({self.kind}{': ' + self.target if self.target else ''})"
+        return f"{self.page}:{self.line} ({self.kind}{': ' + self.target if self.target else ''})"
 
 
-def tutorial_steps() -> list[Step]:
-    text = PAGE.read_text()
+def tutorial_steps(page: Path = PAGE) -> list[Step]:
+    text = page.read_text()
     steps = []
     for match in STEP.finditer(text):
         kind, target, language, body, answers = match.groups()
@@ -82,6 +89,7 @@ def tutorial_steps() -> list[Step]:
                 body=body or "",
                 answers=[line for line in (answers or "").splitlines() if line.strip()],
                 line=text.count("\n", 0, match.start()) + 1,
+                page=str(page.relative_to(REPO)),
             )
         )
     return steps
@@ -317,6 +325,41 @@ def check_admin(project: Project) -> None:
     assert result["status"] == "completed" and result["result"]["packed_by"] == "sam"
 
 
+SERVER_ADDRESS = re.compile(r"<http://127\.0\.0\.1:8000(/[^>]*)>")
+ASSET = re.compile(r'(?:src|href)="(/static/[^"]+)"')
+
+
+def fetch(project: Project, path: str) -> tuple[int, str]:
+    """GET ``path`` from the project's server as the admin user (HTTP Basic)."""
+    request = urllib.request.Request(project.url(path), headers={"Authorization": _basic("admin", "admin")})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def check_served_page(project: Project, path: str, where: str) -> str:
+    """``path`` answers 200, and so does every script and style sheet it loads."""
+    status, body = fetch(project, path)
+    assert status == 200, f"{where}: {path} answered {status}: {body[:2000]}"
+    for asset in ASSET.findall(body):
+        asset_status, _ = fetch(project, asset)
+        assert asset_status == 200, f"{where}: {path} loads {asset}, which answered {asset_status}"
+    return body
+
+
+def check_server_addresses(project: Project, page: Path) -> list[str]:
+    """Every address of the development server that ``page`` names, opened."""
+    text = page.read_text()
+    paths = []
+    for match in SERVER_ADDRESS.finditer(text):
+        where = f"{page.relative_to(REPO)}:{text.count(chr(10), 0, match.start()) + 1}"
+        check_served_page(project, match.group(1), where)
+        paths.append(match.group(1))
+    return paths
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Project]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DJANGO_", "WEFT_"))}
@@ -366,6 +409,58 @@ def test_the_tutorial_works_as_written(project: Project) -> None:
         ]
     )
     assert statuses.strip().splitlines()[-1] == "[(1, 'shipped'), (2, 'shipped')]"
+    # The addresses the page tells the reader to open while the server runs.
+    opened = check_server_addresses(project, PAGE)
+    assert "/api/weft/schema/swagger/" in opened
     assert time.monotonic() - started < 240
     assert project.tests is not None, "the tutorial ends with its tests"
     run_tutorial_tests(project, *project.tests)
+
+
+@pytest.mark.slow
+@pytest.mark.database_independent  # a project of its own, on SQLite
+@pytest.mark.timeout(180)
+def test_the_rest_reference_set_up_works_as_written(project: Project) -> None:
+    """docs/reference/rest.md's set-up blocks, appended to a new project as the page says:
+    the checks pass and the API and its schema pages answer, with their scripts."""
+    text = REST_PAGE.read_text()
+    steps = tutorial_steps(REST_PAGE)
+    # Every python block of the page is one of these steps: each set-up snippet runs.
+    assert len(steps) == len(re.findall(r"^```python\n", text, re.MULTILINE)) == 2
+    project.run([sys.executable, "-m", "django", "startproject", "mysite", "."])
+    for step in steps:
+        assert step.kind == "append", f"{step}: the REST reference's steps are appended"
+        with (project.root / step.target).open("a") as file:
+            file.write("\n" + step.body)
+    checked = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "django_weft.E" not in checked.stdout + checked.stderr
+    project.run([sys.executable, "manage.py", "migrate", "-v", "0"])
+    project.run(
+        [
+            sys.executable,
+            "manage.py",
+            "createsuperuser",
+            "--noinput",
+            "--username",
+            "admin",
+            "--email",
+            "admin@example.com",
+        ],
+        env={"DJANGO_SUPERUSER_PASSWORD": "admin"},
+    )
+    project.start([sys.executable, "manage.py", "runserver", project.address, "--noreload"], name="runserver")
+    wait_for(lambda: _answers(project.url("/admin/login/")), 60, "the development server")
+    swagger = check_served_page(project, "/api/weft/schema/swagger/", str(REST_PAGE))
+    assert "swagger-ui-bundle.js" in swagger
+    assert "redoc.standalone.js" in check_served_page(project, "/api/weft/schema/redoc/", str(REST_PAGE))
+    status, schema = fetch(project, "/api/weft/schema/?format=json")
+    assert status == 200 and json.loads(schema)["info"]["title"] == "django-weft API"
+    status, runs = fetch(project, "/api/weft/runs/")
+    assert status == 200 and json.loads(runs)["results"] == []

@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...extras import require_extra
+
+require_extra("celery", "django_weft.contrib.celery", "celery")
+
 TICK_TASK = "django_weft.tick"
 TURN_TASK = "django_weft.run_turn"
 ACTIVITY_TASK = "django_weft.run_activity"

@@ -109,6 +109,19 @@ def test_an_order_with_a_warehouse_slot_is_paid_shipped_and_confirmed(weft) -> N
     assert charge["attempt"] == 2  # the simulated gateway timeout, retried
 
 
+def test_an_order_nobody_gives_a_slot_waits_a_day_then_ships_from_the_first_free_one(weft) -> None:
+    """A person trying the demo has a day to send the signal, not minutes."""
+    order = Order.objects.create(customer="Ada Lovelace", amount="42.00")
+    with under_a_second():
+        run = weft.start(fulfil, order.pk, id=order.workflow_id)
+        weft.advance("23h 59m")
+        assert run.status() == "waiting"
+        weft.advance("1m")
+    assert run.result()["warehouse_slot"] == "first free slot"
+    order.refresh_from_db()
+    assert order.status == "fulfilled"
+
+
 def test_an_order_that_must_ship_within_two_minutes_times_out_waiting_for_a_slot(weft) -> None:
     order = Order.objects.create(customer="Grace Hopper", amount="7.00")
     with under_a_second():
