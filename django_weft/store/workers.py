@@ -1,0 +1,92 @@
+"""The worker table: what each worker process can run, written with its heartbeat, and
+what no live worker can run (docs/explanation/decisions.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from ..models import Worker
+from .sql import StoreSql
+
+
+@dataclass(frozen=True)
+class Advert:
+    """What a worker process says about itself."""
+
+    engine_id: str
+    kind: str
+    hostname: str
+    pid: int
+    workflows: tuple[str, ...]
+    activity_queues: tuple[str, ...]
+
+
+class WorkerRows:
+    """Worker rows: one per engine, written by that engine's heartbeat only."""
+
+    def __init__(self, sql: StoreSql) -> None:
+        self.sql = sql
+
+    def rows(self) -> Any:
+        return Worker.objects.using(self.sql.alias)
+
+    def advertise(self, advert: Advert) -> bool:
+        """Record ``advert`` with the database time as its heartbeat; returns whether the
+        row is new (the first advert of this engine, or one whose row was forgotten)."""
+        now = self.sql.now_value()
+        values = {
+            "kind": advert.kind,
+            "hostname": advert.hostname[:255],
+            "pid": advert.pid,
+            "workflows": sorted(advert.workflows),
+            "activity_queues": sorted(advert.activity_queues),
+            "heartbeat_at": now,
+        }
+        if self.rows().filter(pk=advert.engine_id).update(**values):
+            return False
+        try:
+            with transaction.atomic(using=self.sql.alias):
+                self.rows().create(engine_id=advert.engine_id, started_at=now, **values)
+        except IntegrityError:  # written meanwhile by this same engine's other thread
+            self.rows().filter(pk=advert.engine_id).update(**values)
+            return False
+        return True
+
+    def forget(self, engine_id: str) -> None:
+        """Delete the row of an engine that stops."""
+        self.rows().filter(pk=engine_id).delete()
+
+    def forget_silent(self, older_than: float) -> int:
+        """Delete the rows of workers whose heartbeat stopped more than ``older_than``
+        seconds ago (killed processes never delete their own)."""
+        cutoff = self.sql.db_now() - timedelta(seconds=older_than)
+        deleted, _ = self.rows().filter(heartbeat_at__lt=cutoff).delete()
+        return deleted
+
+    def live(self, window: float) -> tuple[datetime, list[Worker]]:
+        """The database time, and the workers whose heartbeat wrote within ``window``
+        seconds of it, oldest first."""
+        now = self.sql.db_now()
+        recent = self.rows().filter(heartbeat_at__gte=now - timedelta(seconds=window))
+        return now, list(recent.order_by("started_at", "engine_id"))
+
+    def make_runnable_again(self, workflows: Collection[str]) -> int:
+        """Clear the dispatch mark of the unowned runnable runs of ``workflows``, so the next
+        sweep sends them at once: runs that waited for a worker with their code while the
+        sweep's resends backed off (called when a worker that has them starts)."""
+        if not workflows:
+            return 0
+        return (
+            self.sql.runs()
+            .runnable()
+            .filter(workflow_name__in=sorted(workflows), dispatched_at__isnull=False)
+            .update(dispatched_at=None)
+        )
+
+
+__all__ = ["Advert", "WorkerRows"]
