@@ -1020,4 +1020,4 @@ from . import replay_workflows  # noqa: E402, F401  (registers the replay tests'
 # Workers started with WEFT_TEST_WITHOUT_LATE=1 lack these (tests of workers that do not
 # have a workflow's code).
 if os.environ.get("WEFT_TEST_WITHOUT_LATE") != "1":
-    from . import late_workflows  # noqa: E402, F401
+    from . import late_workflows  # noqa: F401
