@@ -75,6 +75,21 @@ class WorkerRows:
         recent = self.rows().filter(heartbeat_at__gte=now - timedelta(seconds=window))
         return now, list(recent.order_by("started_at", "engine_id"))
 
+    def send_again_if_elsewhere(self, run_id: str, known: Collection[str], window: float) -> str | None:
+        """A turn of ``run_id`` reached a worker that has only ``known`` workflows and did not
+        claim it. If the run is runnable, of a workflow not in ``known`` that a live worker
+        (heartbeat within ``window`` seconds) has, clear its dispatch mark so the next
+        sweep sends it again at once; returns that workflow's name. A run no live worker
+        can execute keeps its mark: the sweep's back-off paces its resends."""
+        name = self.sql.runs().runnable().filter(pk=run_id).values_list("workflow_name", flat=True).first()
+        if name is None or name in known:
+            return None
+        _, live = self.live(window)
+        if not any(name in (worker.workflows or ()) for worker in live):
+            return None
+        self.sql.runs().runnable().filter(pk=run_id).update(dispatched_at=None)
+        return name
+
     def make_runnable_again(self, workflows: Collection[str]) -> int:
         """Clear the dispatch mark of the unowned runnable runs of ``workflows``, so the next
         sweep sends them at once: runs that waited for a worker with their code while the

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django_weft import client, runtime
 from django_weft.models import Worker, WorkflowRun
 
-from .conftest import wait_for
+from .conftest import CeleryCluster, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -80,3 +80,32 @@ def test_a_worker_without_the_workflow_never_claims_its_run_and_one_with_it_comp
     assert lacking.wait(15) == 0
     # A worker that stops cleanly deletes its row at once.
     assert [w.engine_id for w in live_workers()] != [advert.engine_id] and len(live_workers()) == 1
+
+
+@pytest.mark.postgres
+def test_a_celery_worker_without_the_workflow_never_claims_its_run_and_one_with_it_completes_it(
+    celery_cluster: CeleryCluster,
+) -> None:
+    Worker.objects.all().delete()
+    lacking = celery_cluster.worker(concurrency=2, WEFT_TEST_WITHOUT_LATE="1")
+    celery_cluster.beat()
+    lacking.wait_ready()
+    # Its two pool processes advertise themselves from their start, before any task.
+    adverts = wait_for(lambda: len(live_workers()) == 2 and live_workers(), 30, "the pool to advertise")
+    assert {w.kind for w in adverts} == {"celery"} and not any(LATE in w.workflows for w in adverts)
+
+    late = client.start(LATE, args=["bo"])
+    echo = client.start("tests.echo", args=[2])
+    assert echo.result(timeout=30) == {"args": [2], "kwargs": {}}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        run = WorkflowRun.objects.get(pk=late.run_id)
+        assert (run.status, run.owner_id, run.owner_epoch) == ("running", None, 0)
+        time.sleep(0.25)
+    coverage = runtime.worker_coverage(runtime.status_report())
+    assert [(w.name, w.counts) for w in coverage.stranded] == [(LATE, {"running": 1})]
+
+    celery_cluster.worker(concurrency=1).wait_ready()
+    assert late.result(timeout=60) == "HELLO BO"
+    assert WorkflowRun.objects.get(pk=late.run_id).owner_epoch == 1
+    assert "released" not in lacking.log

@@ -159,3 +159,29 @@ def test_runs_no_live_worker_can_execute_are_listed_by_workflow(advertising: obj
         "live workers: 0\nruns no live worker can execute: 2\n  tests.sleepy: 2 (2 running)\n"
         in out.getvalue()
     )
+
+
+def test_a_celery_worker_hands_a_turn_it_lacks_on_only_when_a_live_worker_has_the_workflow(
+    advertising: object,
+) -> None:
+    from django_weft.engine.registry import registry as global_registry
+
+    handle = client.start("tests.echo")
+    WorkflowRun.objects.filter(pk=handle.run_id).update(dispatched_at=timezone.now())
+    workers.advertise_as("celery")
+    definition = global_registry.workflows.pop("tests.echo")
+    try:
+        workers.advertise_now()  # this worker, without tests.echo
+        # No live worker has it: the mark stays, the sweep's back-off paces the resends.
+        assert runtime.run_turn(handle.run_id) == "not_claimed"
+        assert row(handle.run_id)["dispatched_at"] is not None
+        Worker.objects.create(
+            engine_id="other", kind="celery", workflows=["tests.echo"],
+            started_at=timezone.now(), heartbeat_at=timezone.now(),
+        )  # fmt: skip
+        before = row(handle.run_id)
+        assert runtime.run_turn(handle.run_id) == "not_claimed"
+    finally:
+        global_registry.workflows["tests.echo"] = definition
+    # Another worker has it: sent again at the next sweep; nothing else written.
+    assert row(handle.run_id) == {**before, "dispatched_at": None}
