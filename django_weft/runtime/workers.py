@@ -175,8 +175,9 @@ def live_window() -> float:
 def worker_coverage(report: StatusReport) -> WorkerCoverage:
     """The live workers, and, from ``report``'s counts per workflow, the active runs
     (pending, running, waiting, suspended) of workflows that no live worker has
-    registered. One query besides the report (the worker table)."""
-    read_at, rows = get_store().workers.live(live_window())
+    registered. One query besides the report (the worker table), as of the report's
+    database time."""
+    read_at, rows = get_store().workers.live(live_window(), now=report.read_at)
     live = tuple(WorkerRecord.of(row) for row in rows)
     known = {name for worker in live for name in worker.workflows}
     active = {str(status) for status in ACTIVE_STATUSES}

@@ -68,10 +68,10 @@ class WorkerRows:
         deleted, _ = self.rows().filter(heartbeat_at__lt=cutoff).delete()
         return deleted
 
-    def live(self, window: float) -> tuple[datetime, list[Worker]]:
-        """The database time, and the workers whose heartbeat wrote within ``window``
-        seconds of it, oldest first."""
-        now = self.sql.db_now()
+    def live(self, window: float, now: datetime | None = None) -> tuple[datetime, list[Worker]]:
+        """The database time (or ``now``, a database time the caller read), and the workers
+        whose heartbeat wrote within ``window`` seconds of it, oldest first."""
+        now = now if now is not None else self.sql.db_now()
         recent = self.rows().filter(heartbeat_at__gte=now - timedelta(seconds=window))
         return now, list(recent.order_by("started_at", "engine_id"))
 
