@@ -156,9 +156,15 @@ class Engine:
         engine, waiting, finished, unknown) returns ``NOT_CLAIMED`` without side effects.
         """
         config = self.config()
-        claimed = self.store.claim(run_id, self.engine_id, config.lease_ttl, config.takeover_grace)
+        # Only runs of the workflows registered here: a worker without a workflow's code
+        # leaves its runs alone instead of claiming and releasing them (which would move
+        # their epoch for nothing); docs/explanation/decisions.md.
+        claimed = self.store.claim(
+            run_id, self.engine_id, config.lease_ttl, config.takeover_grace, self.workflows.workflow_names()
+        )
         if claimed is None:
-            logger.debug("run %s: not claimable (owned, waiting, finished or unknown)", run_id)
+            logger.debug("run %s: not claimable (owned, waiting, finished, unknown, or its "
+                         "workflow is not registered here)", run_id)  # fmt: skip
             return TurnOutcome.NOT_CLAIMED
         with self._lock:
             self._held[run_id] = claimed.epoch
@@ -170,7 +176,8 @@ class Engine:
             try:
                 workflow = self.workflows.get_workflow(claimed.workflow_name)
             except WorkflowNotRegistered:
-                # Likely a deploy in progress: another worker may know this workflow.
+                # Unregistered between the claim and here (tests unregister workflows):
+                # another worker may know this workflow.
                 self.store.release(run_id, self.engine_id, claimed.epoch, redispatch=False)
                 logger.error("%s: workflow not registered in this worker; released", label)
                 return TurnOutcome.RELEASED

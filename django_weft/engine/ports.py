@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -25,8 +25,13 @@ class TurnStore(Protocol):
     when the run is no longer owned by that owner at that epoch, and then write nothing.
     """
 
-    def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
-        """Claim a runnable run (or take over an expired lease); ``None`` if not claimable."""
+    def claim(
+        self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
+    ) -> ClaimedRun | None:
+        """Claim a runnable run (or take over an expired lease); ``None`` if not claimable.
+
+        With ``workflows``, only a run of one of those workflow names is claimable: an
+        engine never takes a run whose code it does not have."""
 
     def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
         """Insert (or replace, for the same seq) one step row, fenced."""

@@ -142,6 +142,16 @@ class Registry:
                 name=name,
             ) from None
 
+    def workflow_names(self) -> frozenset[str]:
+        """The names of the registered workflows (a snapshot)."""
+        with self._lock:
+            return frozenset(self.workflows)
+
+    def activity_queues(self) -> frozenset[str]:
+        """The queues the registered queued activities run on (a snapshot)."""
+        with self._lock:
+            return frozenset(act.queue for act in self.activities.values() if act.queue)
+
     def unregister(self, name: str) -> None:
         with self._lock:
             self.workflows.pop(name, None)

@@ -6,5 +6,16 @@ from .runs import WorkflowRun
 from .schedules import Schedule
 from .steps import Step
 from .timers import Timer
+from .workers import Worker
 
-__all__ = ["BulkJob", "Schedule", "Signal", "Step", "Timer", "Update", "UpdateStatus", "WorkflowRun"]
+__all__ = [
+    "BulkJob",
+    "Schedule",
+    "Signal",
+    "Step",
+    "Timer",
+    "Update",
+    "UpdateStatus",
+    "Worker",
+    "WorkflowRun",
+]

@@ -10,8 +10,8 @@ suspend, resume, retry, reset), :mod:`.worker` (turns, queued activities, finali
 (the same on every run a filter matches, by the tick; :mod:`.run_sources` names where a
 job finds its runs), :mod:`.schedule_bulk` (an operation on many schedules),
 :mod:`.operations` (every operation described once), :mod:`.histories` (history
-exports) and :mod:`.replay` (checking stored histories against the code); and :mod:`.dispatch`,
-:mod:`.heartbeat`, :mod:`.validation`.
+exports), :mod:`.replay` (checking stored histories against the code) and :mod:`.workers`
+(what each worker can run); and :mod:`.dispatch`, :mod:`.heartbeat`, :mod:`.validation`.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ from .starts import (
 )
 from .sweep import TickReport, tick
 from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_finalizer, run_turn
+from .workers import StrandedWorkflow, WorkerCoverage, WorkerRecord, worker_coverage
 
 __all__ = [
     "HISTORY_FORMAT",
@@ -115,10 +116,13 @@ __all__ = [
     "StartOptions",
     "StartResult",
     "StatusReport",
+    "StrandedWorkflow",
     "SyncReport",
     "TickReport",
     "TimerRecord",
     "UpdateRecord",
+    "WorkerCoverage",
+    "WorkerRecord",
     "apply_bulk",
     "apply_schedule_bulk",
     "backfill_schedule",
@@ -185,4 +189,5 @@ __all__ = [
     "update",
     "update_result",
     "update_schedule",
+    "worker_coverage",
 ]

@@ -4,7 +4,8 @@ Every ``WEFT_LEASE_RENEW_INTERVAL`` it extends the leases of the runs this proce
 engine drives and of the queued activity attempts this process runs, and tells those
 attempts whose run asked for cancellation (``activity_info().cancel_requested``). One
 heartbeat thread per process: ``weft_worker`` starts it explicitly, Celery worker processes start
-it on their first task (:func:`ensure_heartbeat`), whatever the pool.
+it on their first task (:func:`ensure_heartbeat`), whatever the pool. In a worker process
+(:func:`~.workers.advertise_as`) each beat also advertises what the process can run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..conf import weft_settings
 from ..engine.activities import CancelProbe
 from ..engine.executor import Engine
 from .process import get_engine, get_store
+from .workers import advertise_now
 
 logger = logging.getLogger("django_weft.heartbeat")
 
@@ -107,19 +109,32 @@ class Heartbeat:
         return self._thread is not None and self._thread.is_alive()
 
     def beat(self) -> None:
-        """Renew everything once (the loop calls this; tests may too)."""
+        """Renew everything once, then advertise what this worker can run (the loop calls
+        this; tests may too)."""
         self.engine.renew_leases()
         held = bool(self.engine.held())
         attempts = running_attempts()
         if attempts:
             get_store().attempts.renew_activities(attempts, weft_settings.LEASE_TTL)
             tell_cancellations()
-        elif not held:
+        self._advertise()
+        if not attempts and not held:
             # Idle: do not keep a database connection open between bursts of work.
             connections.close_all()
 
+    @staticmethod
+    def _advertise() -> None:
+        try:
+            advertise_now()
+        except Exception:
+            # Leases matter more: an advert that fails is written again at the next beat.
+            logger.warning("could not advertise this worker; retrying at the next beat", exc_info=True)
+            close_old_connections()
+
     def _loop(self) -> None:
         try:
+            # At once, so a worker that has just started is listed before its first beat.
+            self._advertise()
             while not self._stop.wait(weft_settings.LEASE_RENEW_INTERVAL):
                 try:
                     self.beat()

@@ -11,12 +11,15 @@ from collections.abc import Callable
 from django.db import close_old_connections, connections
 
 from ..conf import weft_settings
+from ..engine.registry import registry
+from ..models import Worker
 from .dispatch import LocalDispatcher, use_dispatcher
 from .heartbeat import Heartbeat
 from .outages import database_unavailable
 from .process import get_engine
 from .sweep import tick
 from .worker import run_activity
+from .workers import advertise_as, stop_advertising
 
 logger = logging.getLogger("django_weft.worker")
 
@@ -39,6 +42,7 @@ class InProcessWorker:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
+        advertise_as(Worker.Kind.WEFT_WORKER)
         for index in range(self._threads_wanted):
             self._spawn(self._turn_loop, f"weft-turn-{index}")
         if self._sweep:
@@ -88,7 +92,9 @@ class InProcessWorker:
                 self.dispatcher.release_due()
                 # 0: a run sent elsewhere (say to Celery) but not yet claimed is taken
                 # at once; this sweep's dispatches go to this process's own threads.
-                tick(self.dispatcher, redispatch_after=0.0)
+                # Only runs of the workflows registered here are sent to this process's
+                # threads (the others would be marked dispatched for nothing).
+                tick(self.dispatcher, redispatch_after=0.0, workflows=registry.workflow_names())
                 if failures:
                     logger.info("sweep: working again after %d failed attempts", failures)
                 failures = 0
@@ -119,6 +125,7 @@ class InProcessWorker:
                 thread.join(max(deadline - time.monotonic(), 0))
         released = self.engine.release_all()
         self._heartbeat.stop()
+        stop_advertising()
         connections.close_all()
         use_dispatcher(None)
         return released

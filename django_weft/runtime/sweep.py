@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ..conf import weft_settings
@@ -47,7 +48,12 @@ ticks for long;
 ``manage.py weft_gc`` and the Celery task ``django_weft.gc`` have no such limit."""
 
 
-def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None = None) -> TickReport:
+def tick(
+    dispatcher: Dispatcher | None = None,
+    *,
+    redispatch_after: float | None = None,
+    workflows: Collection[str] | None = None,
+) -> TickReport:
     """One sweep: fire due timers and schedules, dispatch runnable runs and expired leases,
     then work on one batch of a bulk job.
 
@@ -59,6 +65,10 @@ def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None
     passes 0: its sweep feeds its own threads, so a run that another process sent to a
     queue nobody consumes (a Celery queue, with no Celery worker running) is taken at
     the next tick instead of after ``WEFT_REDISPATCH_AFTER``.
+
+    ``workflows`` (``weft_worker`` passes the workflows it has registered) limits the
+    runs dispatched to runs of those workflows; timers, schedules and the rest are swept
+    for every run.
     """
     dispatcher = dispatcher or get_dispatcher()
     store = get_store()
@@ -83,6 +93,7 @@ def tick(dispatcher: Dispatcher | None = None, *, redispatch_after: float | None
             batch,
             weft_settings.REDISPATCH_AFTER if redispatch_after is None else redispatch_after,
             weft_settings.TAKEOVER_GRACE,
+            workflows,
         )
         ids = runnable + expired
         for run_id in ids:

@@ -25,13 +25,27 @@ from ..models import WorkflowRun
 from .dispatch import delivers, get_dispatcher
 from .heartbeat import ensure_heartbeat, running_attempt
 from .process import get_engine, get_store
+from .workers import is_advertising, live_window
 
 logger = logging.getLogger("django_weft.runtime")
 
 
 def run_turn(run_id: str) -> TurnOutcome:
-    """Claim ``run_id`` and drive it until it parks or finishes (safe to call for any id)."""
-    return get_engine().run_turn(str(run_id))
+    """Claim ``run_id`` and drive it until it parks or finishes (safe to call for any id).
+
+    In an advertising worker (a Celery worker), a turn not claimed because this worker
+    lacks the run's workflow is handed on: when a live worker has that workflow, the run's
+    dispatch mark is cleared, so the next sweep sends it again at once, at most once a
+    tick (docs/explanation/decisions.md)."""
+    engine = get_engine()
+    outcome = engine.run_turn(str(run_id))
+    if outcome == TurnOutcome.NOT_CLAIMED and is_advertising():
+        known = engine.workflows.workflow_names()
+        name = get_store().workers.send_again_if_elsewhere(str(run_id), known, live_window())
+        if name is not None:
+            logger.info("run %s: workflow %s is not registered in this worker; left for one that has it",
+                        run_id, name)  # fmt: skip
+    return outcome
 
 
 class ActivityOutcome(enum.StrEnum):

@@ -17,7 +17,8 @@ clock, the run rows, the statements written by hand, signals sent on commit):
 - ``sweep`` (:class:`~.sweep.Sweep`): due timers, undispatched runs, orphaned children;
 - ``schedules`` (:class:`~.schedules.ScheduleRows`): schedule rows;
 - ``bulk_jobs`` (:class:`~.bulk.BulkJobRows`): bulk job rows;
-- ``retention`` (:class:`~.retention.Retention`): deleting runs past their retention.
+- ``retention`` (:class:`~.retention.Retention`): deleting runs past their retention;
+- ``workers`` (:class:`~.workers.WorkerRows`): what each worker process can run.
 
 Areas that wake runs hold :class:`~.waking.Waking` (the facts a wait decision needs,
 waking a parent). Callers get the areas from :class:`DjangoStore`.
@@ -41,6 +42,7 @@ from .transitions import RunTransitions, Transition
 from .turn_messages import TurnMessages
 from .turns import RunTurns
 from .waking import Waking
+from .workers import Advert, WorkerRows
 
 
 class DjangoStore:
@@ -62,6 +64,7 @@ class DjangoStore:
         self.schedules = ScheduleRows(sql)
         self.bulk_jobs = BulkJobRows(sql)
         self.retention = Retention(sql)
+        self.workers = WorkerRows(sql)
 
     @property
     def alias(self) -> str:
@@ -75,6 +78,7 @@ class DjangoStore:
 
 __all__ = [
     "ActivityAttempts",
+    "Advert",
     "BulkJobRows",
     "Children",
     "DjangoStore",
@@ -93,4 +97,5 @@ __all__ = [
     "Transition",
     "TurnMessages",
     "Waking",
+    "WorkerRows",
 ]

@@ -16,9 +16,10 @@ its time is bound as a parameter where the statement would read ``now()``.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -221,9 +222,20 @@ class StoreSql:
         params["now"] = self.local_now()
         return "%(now)s"
 
-    def claim_runnable(self, run_id: str, owner: str, ttl: float, grace: float) -> tuple[Any, ...] | None:
+    def claim_runnable(
+        self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
+    ) -> tuple[Any, ...] | None:
         # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
         # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
+        # ``workflows`` narrows it to the names the claiming worker has: the row is found
+        # by its primary key all the same, the names are one more condition on it.
+        names, names_param = "", dict[str, Any]()
+        if workflows is not None:
+            if self.is_postgres:
+                names, names_param = "AND workflow_name = ANY(%(names)s) ", {"names": sorted(workflows)}
+            else:
+                names = "AND workflow_name IN (SELECT value FROM json_each(%(names)s)) "
+                names_param = {"names": json.dumps(sorted(workflows))}
         returning = (
             "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
             "parent_id, search_attributes, cancel_request"
@@ -234,7 +246,7 @@ class StoreSql:
                 "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
                 "waiting_on = NULL, updated_at = now() "
                 "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
-                "lease_expires_at < now() - %(grace)s * interval '1 second') "
+                f"lease_expires_at < now() - %(grace)s * interval '1 second') {names}"
                 f"{returning}, now()"
             )
             params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self.run_key(run_id)}
@@ -245,7 +257,7 @@ class StoreSql:
                 f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
                 "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
                 "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
-                "(owner_id IS NULL OR lease_expires_at < %(cutoff)s) "
+                f"(owner_id IS NULL OR lease_expires_at < %(cutoff)s) {names}"
                 f"{returning}, %(now)s"
             )
             params = {
@@ -256,7 +268,7 @@ class StoreSql:
                 "cutoff": self.dt(now - timedelta(seconds=grace)),
             }
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql, {**params, **names_param})
             return cursor.fetchone()
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:

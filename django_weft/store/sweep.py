@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Collection
 from datetime import timedelta
 
 from django.db import transaction
@@ -148,7 +149,7 @@ class Sweep:
         return timed_out
 
     def claim_dispatch_batch(
-        self, batch: int, redispatch_after: float, grace: float
+        self, batch: int, redispatch_after: float, grace: float, workflows: Collection[str] | None = None
     ) -> tuple[list[str], list[str]]:
         """Runnable runs and expired leases that nobody dispatched recently; marks them
         dispatched (so concurrent sweepers do not both send them) and returns the ids of
@@ -158,7 +159,12 @@ class Sweep:
         ``redispatch_after``, and then at growing intervals: a run is re-sent only once
         the time since its last dispatch is at least the time it had been waiting when
         it was dispatched. On a cluster that is behind, queues are not flooded with
-        copies of the same work."""
+        copies of the same work.
+
+        With ``workflows`` (a sweep feeding its own worker's threads), only runs of those
+        workflow names: a worker does not mark dispatched, to itself, runs it cannot
+        claim, which would hold them back from the workers that can."""
+        of_known = Q(workflow_name__in=sorted(workflows)) if workflows is not None else Q()
         with transaction.atomic(using=self.sql.alias):
             now = self.sql.db_now()
             recently = now - timedelta(seconds=redispatch_after)
@@ -178,7 +184,7 @@ class Sweep:
                 self.sql.runs()
                 .runnable()
                 .alias(waited=waited("ready_at"))
-                .filter(due("ready_at"))
+                .filter(due("ready_at"), of_known)
                 .select_for_update(skip_locked=True)
                 .order_by("ready_at")
                 .values_list("pk", flat=True)[:batch]
@@ -187,7 +193,7 @@ class Sweep:
                 self.sql.runs()
                 .expired_leases(now, grace)
                 .alias(waited=waited("lease_expires_at"))
-                .filter(due("lease_expires_at"))
+                .filter(due("lease_expires_at"), of_known)
                 .select_for_update(skip_locked=True)
                 .values_list("pk", flat=True)[: max(batch - len(runnable), 0)]
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -73,21 +73,28 @@ class RunTurns:
         """The database clock, or a test's virtual clock (:meth:`StoreSql.db_now`)."""
         return self.sql.db_now()
 
-    def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
+    def claim(
+        self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
+    ) -> ClaimedRun | None:
         """Claim a runnable run, or take over one whose lease expired more than ``grace``
-        seconds ago. A waiting run whose timer is due is woken and claimed at once.
+        seconds ago. A waiting run whose timer is due is woken and claimed at once. With
+        ``workflows``, only a run of one of those names: another is left as it is (no
+        write, its epoch unchanged) for a worker that has its code.
 
         The history is read by a statement of its own *after* the claim: a claim that
         waited for the row lock of a previous owner must see that owner's last commits,
         which a read in the claiming statement (one snapshot) would miss. The first claim
         of a run (epoch 1) skips the read: steps are only ever written under an owner's
         epoch, so a run nobody owned before has none."""
-        row = self.sql.claim_runnable(run_id, owner, ttl, grace)
+        row = self.sql.claim_runnable(run_id, owner, ttl, grace, workflows)
         if row is None:
             # Not runnable: only a waiting or delayed run can still be claimed (woken by a
             # due timer). A cheap unlocked look first spares the transaction in the
             # common case of a duplicate delivery for a run that is owned or finished.
-            status = self.sql.runs().filter(pk=run_id).values_list("status", flat=True).first()
+            found = self.sql.runs().filter(pk=run_id).values_list("status", "workflow_name").first()
+            status, name = found if found is not None else (None, None)
+            if workflows is not None and name is not None and name not in workflows:
+                return None  # its timers stay: the worker that has the code needs them
             if status in (RunStatus.WAITING, RunStatus.PENDING):
                 row = self._claim_woken(run_id, owner, ttl)
             else:

@@ -357,19 +357,22 @@ def test_payload_over_the_limit_is_rejected() -> None:
     assert WorkflowRun.objects.count() == 0
 
 
-def test_a_worker_that_does_not_know_the_workflow_releases_the_run() -> None:
+def test_a_worker_that_does_not_know_the_workflow_leaves_the_run_untouched() -> None:
     from django_weft.engine.registry import registry
 
     handle = client.start("tests.echo")
+    before = WorkflowRun.objects.values().get(pk=handle.run_id)
     definition = registry.workflows.pop("tests.echo")
     try:
-        assert make_engine().run_turn(handle.run_id) == "released"
+        for _ in range(3):
+            assert make_engine().run_turn(handle.run_id) == "not_claimed"
     finally:
         registry.workflows["tests.echo"] = definition
-    run = WorkflowRun.objects.get(pk=handle.run_id)
-    assert run.status == "running" and run.owner_id is None and run.owner_epoch == 1
-    assert run.dispatched_at is not None  # the sweep waits before sending it out again
+    # Not claimed and released: no write at all, the epoch has not moved.
+    assert WorkflowRun.objects.values().get(pk=handle.run_id) == before
+    assert before["owner_epoch"] == 0 and before["owner_id"] is None
     assert drive(handle.run_id) == "completed"
+    assert WorkflowRun.objects.get(pk=handle.run_id).owner_epoch == 1
 
 
 def test_an_unwinding_turned_into_another_exception_still_parks() -> None:

@@ -1037,3 +1037,8 @@ def outlasts_outages(ctx: Any, rounds: int = 4, seconds: float = 0.5) -> int:
 
 
 from . import replay_workflows  # noqa: E402, F401  (registers the replay tests' workflows)
+
+# Workers started with WEFT_TEST_WITHOUT_LATE=1 lack these (tests of workers that do not
+# have a workflow's code).
+if os.environ.get("WEFT_TEST_WITHOUT_LATE") != "1":
+    from . import late_workflows  # noqa: F401

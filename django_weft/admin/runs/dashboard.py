@@ -1,10 +1,12 @@
 """The runs dashboard at ``admin/django_weft/workflowrun/dashboard/``: counts per status
-and per workflow, the oldest waiting and runnable runs, expired leases, due timers, and
-runs finished per minute over the last hour as a sparkline, and for users who may view
-schedules, the schedules at a glance. Every number links to the changelist filtered to
-the runs (or schedules) it counts.
+and per workflow, the oldest waiting and runnable runs, expired leases, due timers, the
+live workers and the runs none of them can execute, runs finished per minute over the
+last hour as a sparkline, and for users who may view schedules, the schedules at a
+glance. Every number links to the changelist filtered to the runs (or schedules) it
+counts.
 
-The figures come from :func:`django_weft.runtime.status_report` and
+The figures come from :func:`django_weft.runtime.status_report`,
+:func:`django_weft.runtime.worker_coverage` and
 :func:`django_weft.runtime.finished_per_minute` (the figures ``weft_status`` prints);
 the page reads a fixed number of queries however many runs there are, takes no query
 parameters, and writes nothing.
@@ -68,6 +70,7 @@ def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin[WorkflowR
     schedules = None
     if OPERATIONS["view_schedule"].allowed(request.user):
         schedules = ScheduleFigures.read(admin_name=model_admin.admin_site.name)
+    workers = WorkerFigures.build(runtime.worker_coverage(report), changelist_url=changelist)
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Workflow runs dashboard",
@@ -78,6 +81,7 @@ def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin[WorkflowR
             report, finished, changelist_url=changelist, admin_name=model_admin.admin_site.name
         ),
         "schedules": schedules,
+        "workers": workers,
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, TEMPLATE, context)
@@ -208,6 +212,60 @@ class Dashboard:
                 ),
             ),
         )
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    engine_id: str
+    kind: str
+    workflows: int
+    workflow_names: str
+    activity_queues: str
+    heartbeat_age: str
+
+
+@dataclass(frozen=True)
+class StrandedRow:
+    """A workflow whose active runs no live worker can execute."""
+
+    name: str
+    total: Figure
+    counts: str
+    """Its active runs per status, as words ("2 running, 1 waiting")."""
+
+
+@dataclass(frozen=True)
+class WorkerFigures:
+    """The live workers and the runs none of them can execute, by workflow
+    (:func:`django_weft.runtime.worker_coverage`: one query besides the report)."""
+
+    live: tuple[LiveWorker, ...]
+    stranded: tuple[StrandedRow, ...]
+    stranded_runs: int
+
+    @classmethod
+    def build(cls, coverage: runtime.WorkerCoverage, *, changelist_url: str) -> WorkerFigures:
+        link = _linker(changelist_url)
+        live = tuple(
+            LiveWorker(
+                engine_id=worker.engine_id,
+                kind=worker.kind,
+                workflows=len(worker.workflows),
+                workflow_names=", ".join(worker.workflows),
+                activity_queues=", ".join(worker.activity_queues),
+                heartbeat_age=format_duration(max(coverage.read_at - worker.heartbeat_at, timedelta(0))),
+            )
+            for worker in coverage.live
+        )
+        stranded = tuple(
+            StrandedRow(
+                name=workflow.name,
+                total=Figure(workflow.total, link(workflow=workflow.name)),
+                counts=", ".join(f"{count} {status}" for status, count in workflow.counts.items()),
+            )
+            for workflow in coverage.stranded
+        )
+        return cls(live=live, stranded=stranded, stranded_runs=coverage.stranded_runs)
 
 
 @dataclass(frozen=True)

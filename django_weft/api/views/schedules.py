@@ -214,9 +214,7 @@ class ScheduleViewSet(WeftAPIView, viewsets.GenericViewSet):
         body = s.BackfillRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        fired = runtime.backfill_schedule(
-            self._id(id), data["start"], data["end"], overlap=data["overlap"]
-        )
+        fired = runtime.backfill_schedule(self._id(id), data["start"], data["end"], overlap=data["overlap"])
         return Response({"actions": s.ScheduleActionSerializer(fired, many=True).data})
 
 

@@ -1,12 +1,20 @@
 """Worker-process hooks: a connection the database closed is dropped before a task uses
-it, and held runs are given up when a Celery worker process exits."""
+it, a Celery worker's pool processes advertise what they can run from their start, and
+give up held runs when they exit."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from celery.signals import task_prerun, worker_process_shutdown, worker_shutdown
+from celery import current_app
+from celery.signals import (
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 from ...runtime import outages
 from . import ACTIVITY_TASK, GC_TASK, TICK_TASK, TURN_TASK
@@ -32,13 +40,52 @@ def drop_broken_connections(sender: Any = None, **_kwargs: Any) -> None:
         logger.warning("database %s had lost its connection: closed, the task opens a new one", dropped)
 
 
+def consumed_queues() -> frozenset[str] | None:
+    """The queues this worker consumes (``-Q``, or every configured queue); ``None`` if
+    Celery does not say."""
+    try:
+        queues = current_app.amqp.queues
+        return frozenset((queues.consume_from or queues).keys())
+    except Exception:
+        return None
+
+
+def start_advertising() -> None:
+    """Advertise this process as a Celery worker and start its heartbeat, which writes the
+    advert at once and with every beat (the database is not touched in this thread)."""
+    from ...models import Worker
+    from ...runtime.heartbeat import ensure_heartbeat
+    from ...runtime.workers import advertise_as, is_advertising
+
+    if not is_advertising():
+        advertise_as(Worker.Kind.CELERY, consumed_queues=consumed_queues())
+    ensure_heartbeat()
+
+
+@worker_process_init.connect
+def advertise_pool_process(**_kwargs: Any) -> None:
+    """A prefork pool process (or the solo pool's worker) starts: it runs the tasks."""
+    start_advertising()
+
+
+@worker_ready.connect
+def advertise_thread_pool(sender: Any = None, **_kwargs: Any) -> None:
+    """The threads pool runs tasks in the worker's main process, which no
+    ``worker_process_init`` announces. A prefork parent runs none: it does not advertise."""
+    pool = getattr(sender, "pool", None)
+    if pool is not None and type(pool).__module__ == "celery.concurrency.thread":
+        start_advertising()
+
+
 @worker_process_shutdown.connect
 @worker_shutdown.connect
 def release_held_runs(**_kwargs: Any) -> None:
     """A process that stops cleanly releases the runs it still holds (after a warm
-    shutdown there are none), so other workers need not wait for the leases to expire."""
+    shutdown there are none), so other workers need not wait for the leases to expire,
+    and deletes its worker row."""
     from ...runtime import get_engine
     from ...runtime.heartbeat import stop_heartbeat
+    from ...runtime.workers import stop_advertising
 
     try:
         released = get_engine().release_all()
@@ -48,3 +95,4 @@ def release_held_runs(**_kwargs: Any) -> None:
         logger.warning("could not release held runs at shutdown; their leases expire", exc_info=True)
     finally:
         stop_heartbeat()
+        stop_advertising()

@@ -15,9 +15,9 @@ from celery import shared_task
 
 from ... import runtime
 from ...conf import weft_settings
-from ...runtime.heartbeat import ensure_heartbeat
 from ...runtime.outages import DATABASE_UNAVAILABLE
 from . import ACTIVITY_TASK, GC_TASK, TICK_TASK, TURN_TASK
+from .signals import start_advertising
 
 logger = logging.getLogger("django_weft.celery")
 
@@ -26,14 +26,17 @@ _DURABLE = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": T
 
 @shared_task(name=TURN_TASK, **_DURABLE)
 def run_turn(run_id: str) -> str:
-    """Claim the run and drive it until it parks or finishes."""
-    ensure_heartbeat()
+    """Claim the run and drive it until it parks or finishes. A run of a workflow not
+    registered in this worker is not claimed: the message is acknowledged and the run
+    left, unowned, to the sweep, which sends it again (docs/explanation/decisions.md)."""
+    start_advertising()
     return str(runtime.run_turn(run_id))
 
 
 @shared_task(name=ACTIVITY_TASK, **_DURABLE)
 def run_activity(run_id: str, seq: int, attempt: int) -> str:
     """Run one attempt of a queued activity and record its outcome."""
+    start_advertising()
     return str(runtime.run_activity(run_id, int(seq), int(attempt)))
 
 
@@ -60,7 +63,7 @@ def tick() -> dict[str, int]:
     if report.fired or report.dispatched:
         logger.info("tick: fired %d timers, dispatched %d runs", report.fired, report.dispatched)
     if report.taken_over:
-        ensure_heartbeat()
+        start_advertising()
         # A budget, so a slow takeover does not hold up the next sweeps of this process:
         # the runs not driven here are in the queue already.
         budget_ends = time.monotonic() + weft_settings.TICK_INTERVAL / 2

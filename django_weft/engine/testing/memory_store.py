@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -147,10 +147,12 @@ class MemoryStore:
     def db_now(self) -> datetime:
         return self.now
 
-    def claim(self, run_id: str, owner: str, ttl: float, grace: float) -> ClaimedRun | None:
+    def claim(
+        self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
+    ) -> ClaimedRun | None:
         with self._lock:
             run = self.runs.get(run_id)
-            if run is None:
+            if run is None or (workflows is not None and run.workflow_name not in workflows):
                 return None
             if run.status in (RunStatus.WAITING, RunStatus.PENDING):
                 if not self._fire_due_timers(run):

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import weft_settings
+from ...engine.registry import registry
 from ...runtime import InProcessWorker
 from ._arguments import log_level, positive, seconds
 
@@ -59,14 +60,23 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         worker.start()
+        workflows = registry.workflow_names()
         logger.info(
-            "weft worker %s started: %d threads, tick every %gs, lease %gs renewed every %gs",
+            "weft worker %s started: %d threads, tick every %gs, lease %gs renewed every %gs, "
+            "%d workflows registered",
             worker.engine.engine_id,
             threads,
             weft_settings.TICK_INTERVAL,
             weft_settings.LEASE_TTL,
             weft_settings.LEASE_RENEW_INTERVAL,
+            len(workflows),
         )
+        if not workflows:
+            logger.warning(
+                "no workflow is registered in this process, so it runs none: check "
+                "WEFT_AUTODISCOVER_MODULE and INSTALLED_APPS (each app's %s module is imported)",
+                weft_settings.AUTODISCOVER_MODULE,
+            )
         while not stop.wait(0.5):
             pass
         released = worker.stop(options["shutdown_timeout"])
