@@ -57,6 +57,7 @@ from .display import (
     operator_in_utc,
     outcome_badge,
     run_link,
+    schedule_moment,
     time_columns,
 )
 from .forms import ScheduleForm, seconds_text
@@ -238,7 +239,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
             return format_html('<span class="weft-paused" title="{}">paused</span>', schedule.note or "")
         if schedule.next_fire_at is None:
             return format_html('<span class="quiet">{}</span>', "ended")
-        return moment(schedule.next_fire_at)
+        return schedule_moment(schedule, schedule.next_fire_at)
 
     @admin.display(description="fired / skipped / missed")
     def fired_skipped_missed(self, schedule: Schedule) -> str:
