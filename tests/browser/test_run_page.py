@@ -123,8 +123,12 @@ def test_a_live_runs_page_shows_its_end_without_a_reload(browser: Browser, drive
     assert handle.result(timeout=30) == "got now"
 
     def shows_completed() -> bool:
-        badge = browser.all("#weft-run-header .weft-badge")
-        return bool(badge) and badge[0].text.lower() == "completed"
+        # Read in one script: the refresh may swap the content between two WebDriver calls.
+        shown = browser.web.execute_script(
+            "const badge = document.querySelector('#weft-run-header .weft-badge');"
+            "return badge ? badge.textContent : null"
+        )
+        return (shown or "").lower() == "completed"
 
     wait_until(shows_completed, "the page shows the run completed", timeout=20)
     assert browser.web.execute_script("return window.weftNotReloaded") is True
