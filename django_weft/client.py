@@ -124,11 +124,14 @@ def start(
     execution_timeout: Duration | None = None,
     start_delay: Duration | None = None,
     search_attributes: dict[str, Any] | None = None,
+    related_object: Any = None,
 ) -> WorkflowHandle:
     """Start a run of ``workflow`` (a registered name or a ``@workflow`` object).
 
     The run is left unowned and runnable; a worker claims it. See
-    :func:`django_weft.runtime.start` for ``on_conflict``.
+    :func:`django_weft.runtime.start` for ``on_conflict``. ``related_object`` (a saved
+    model instance, such as the order the run is for) is kept with the run: its admin
+    page links to the object's.
     """
     name = workflow if isinstance(workflow, str) else getattr(workflow, "name", workflow)
     options = runtime.StartOptions(
@@ -137,6 +140,7 @@ def start(
         execution_timeout=execution_timeout,
         start_delay=start_delay,
         search_attributes=search_attributes,
+        related_object=related_object,
     )
     started = runtime.start_with(name, args, kwargs, options)
     return WorkflowHandle(started.run_id, started.workflow_id)

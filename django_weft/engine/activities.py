@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,6 +29,7 @@ from .records import (
     StepWrite,
     TimerKind,
     TimerWrite,
+    failed_attempt,
 )
 from .registry import Activity
 from .retry import RetryPolicy
@@ -248,6 +249,7 @@ class ActivityCalls:
             return self.start(act, args, kwargs).result()
         seq, recorded = ctx._next(StepKind.ACTIVITY, act.name)
         attempt = 1
+        failed: list[dict[str, Any]] = []
         if recorded is not None:
             if recorded.status == StepStatus.COMPLETED:
                 return recorded.result
@@ -261,8 +263,9 @@ class ActivityCalls:
             if retry_at > ctx._db_now():
                 self._park_for_retry(act, seq, retry_at, [])
             attempt = recorded.attempt + 1
+            failed = list(recorded.failed_attempts)
         args_json = _encode_arguments(act, args, kwargs)
-        return self._execute(act, seq, attempt, args, kwargs, args_json)
+        return self._execute(act, seq, attempt, args, kwargs, args_json, failed)
 
     def start(
         self, act: Activity[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -299,14 +302,27 @@ class ActivityCalls:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         args_json: str,
+        failed: list[dict[str, Any]],
     ) -> Any:
+        """Run attempts of an inline activity until one succeeds or it fails for good.
+        ``failed`` holds the attempts that failed and were retried (from a recorded
+        ``retrying`` step): every write of the step carries them and the ones failing
+        here, so an earlier attempt's error stays on the step after a later one succeeds."""
         ctx = self._ctx
         ctx._frontier()
         policy = act.retry or ctx._config.default_retry
         claimed, engine = ctx._claimed, ctx._engine
 
         def activity_step(status: str, **fields: Any) -> StepWrite:
-            return ctx._step(seq, StepKind.ACTIVITY, act.name, status, args_json=args_json, **fields)
+            return ctx._step(
+                seq,
+                StepKind.ACTIVITY,
+                act.name,
+                status,
+                args_json=args_json,
+                failed_attempts=failed,
+                **fields,
+            )
 
         pending = ctx._cancel_request
         probe = CancelProbe(
@@ -350,6 +366,7 @@ class ActivityCalls:
                     activity_step(StepStatus.FAILED, error=error, attempt=attempt, started_at=started_at)
                 )
                 raise activity_failed(act.name, seq, error, attempt)
+            failed.append(failed_attempt(attempt, error, started_at, ctx._db_now()))
             delay = policy.delay_after(attempt)
             if delay <= ctx._config.inline_retry_max_delay:
                 clock.sleep(delay)
@@ -438,12 +455,26 @@ class ActivityCalls:
             if retry_at > ctx._db_now():
                 timers.append(TimerWrite(seq, TimerKind.RETRY, retry_at))
             else:
-                self._schedule(act, seq, recorded.attempt + 1, handle._args_json, dispatches=1)
+                self._schedule(
+                    act,
+                    seq,
+                    recorded.attempt + 1,
+                    handle._args_json,
+                    dispatches=1,
+                    failed=recorded.failed_attempts,
+                )
             return None
         elif status == StepStatus.LOST and not (recorded.error or {}).get("started"):
             # The message never reached a worker: send the same attempt again.
             dispatches = int((recorded.result or {}).get("dispatches", 1)) + 1
-            self._schedule(act, seq, recorded.attempt, handle._args_json, dispatches=dispatches)
+            self._schedule(
+                act,
+                seq,
+                recorded.attempt,
+                handle._args_json,
+                dispatches=dispatches,
+                failed=recorded.failed_attempts,
+            )
             return None
         elif status in (StepStatus.ATTEMPT_FAILED, StepStatus.LOST):
             return self._after_failed_attempt(handle, recorded, timers)
@@ -460,8 +491,17 @@ class ActivityCalls:
         retryable = bool(error.pop("retryable", True))
         error.pop("started", None)
         if retryable and recorded.attempt < policy.max_attempts:
-            retry_at = self._ctx._db_now() + timedelta(seconds=policy.delay_after(recorded.attempt))
-            self._rewrite(handle, recorded, StepStatus.RETRYING, {"retry_at": retry_at.isoformat()}, error)
+            now = self._ctx._db_now()
+            retry_at = now + timedelta(seconds=policy.delay_after(recorded.attempt))
+            this = failed_attempt(recorded.attempt, error, recorded.started_at, recorded.finished_at or now)
+            self._rewrite(
+                handle,
+                recorded,
+                StepStatus.RETRYING,
+                {"retry_at": retry_at.isoformat()},
+                error,
+                failed=(*recorded.failed_attempts, this),
+            )
             timers.append(TimerWrite(seq, TimerKind.RETRY, retry_at))
             return None
         self._rewrite(handle, recorded, StepStatus.FAILED, None, error)
@@ -475,8 +515,11 @@ class ActivityCalls:
         status: str,
         result: Any,
         error: dict[str, Any],
+        *,
+        failed: Sequence[dict[str, Any]] | None = None,
     ) -> None:
-        """Record the workflow's decision on a queued attempt (same attempt, new status)."""
+        """Record the workflow's decision on a queued attempt (same attempt, new status);
+        ``failed``: the step's failed attempts, if not the recorded ones."""
         ctx = self._ctx
         step = ctx._step(
             handle.seq,
@@ -489,12 +532,20 @@ class ActivityCalls:
             attempt=recorded.attempt,
             started_at=recorded.started_at,
             finished=status != StepStatus.RETRYING,
+            failed_attempts=recorded.failed_attempts if failed is None else failed,
         )
         ctx._commit(step)
         ctx._remember(step, result, error)
 
     def _schedule(
-        self, act: Activity[..., Any], seq: int, attempt: int, args_json: str, *, dispatches: int
+        self,
+        act: Activity[..., Any],
+        seq: int,
+        attempt: int,
+        args_json: str,
+        *,
+        dispatches: int,
+        failed: Sequence[dict[str, Any]] = (),
     ) -> None:
         """Record attempt ``attempt`` as scheduled (with the deadline by which it must have
         started) and send it to the activity's queue."""
@@ -511,6 +562,7 @@ class ActivityCalls:
             result_json=codec.dumps(result),
             attempt=attempt,
             finished=False,
+            failed_attempts=failed,
         )
         wait = min(ctx._config.redispatch_after * 2 ** (dispatches - 1), MAX_REDISPATCH_DELAY)
         timer = TimerWrite(seq, TimerKind.ACTIVITY, step.started_at + timedelta(seconds=wait))

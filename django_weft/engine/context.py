@@ -296,6 +296,7 @@ class WorkflowContext:
         attempt: int = 1,
         started_at: datetime | None = None,
         finished: bool = True,
+        failed_attempts: Sequence[dict[str, Any]] = (),
     ) -> StepWrite:
         now = self._db_now()
         return StepWrite(
@@ -309,6 +310,7 @@ class WorkflowContext:
             attempt=attempt,
             started_at=started_at or now,
             finished_at=now if finished else None,
+            failed_attempts_json=codec.dumps(list(failed_attempts)) if failed_attempts else None,
         )
 
     def _remember(self, step: StepWrite, result: Any, error: dict[str, Any] | None) -> None:
@@ -323,6 +325,9 @@ class WorkflowContext:
             attempt=step.attempt,
             started_at=step.started_at,
             finished_at=step.finished_at,
+            failed_attempts=tuple(codec.loads(step.failed_attempts_json))
+            if step.failed_attempts_json
+            else (),
         )
 
     # -- activities ----------------------------------------------------------------------

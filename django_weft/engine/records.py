@@ -96,6 +96,9 @@ class StepRecord:
     attempt: int = 1
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    failed_attempts: tuple[dict[str, Any], ...] = ()
+    """The attempts of this activity that failed and were retried, oldest first: each
+    ``{"attempt", "error", "started_at", "finished_at"}`` (see :func:`failed_attempt`)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,21 @@ class StepWrite:
     attempt: int
     started_at: datetime
     finished_at: datetime | None
+    failed_attempts_json: str | None = None
+    """:attr:`StepRecord.failed_attempts`, encoded; ``None`` for none."""
+
+
+def failed_attempt(
+    attempt: int, error: dict[str, Any], started_at: datetime | None, finished_at: datetime | None
+) -> dict[str, Any]:
+    """One entry of :attr:`StepRecord.failed_attempts`: an attempt that failed and was
+    retried, kept so its error stays readable after a later attempt succeeds."""
+    return {
+        "attempt": attempt,
+        "error": error,
+        "started_at": started_at.isoformat() if started_at is not None else None,
+        "finished_at": finished_at.isoformat() if finished_at is not None else None,
+    }
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ class Step(models.Model):
     # never go back to an older epoch. A database default, so that a worker of the
     # previous release, which does not name the column, can still insert during an upgrade.
     epoch = models.BigIntegerField(default=0, db_default=0)
+    # An activity's attempts that failed and were retried, oldest first (``attempt``,
+    # ``error``, ``started_at``, ``finished_at``): the step itself holds the last attempt.
+    failed_attempts = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -32,7 +32,7 @@ from .histories import (
 )
 from .inprocess import InProcessWorker
 from .lifecycle import ResetOutcome, cancel, reset, resume, retry, suspend
-from .messages import SignalAccepted, query, signal, update, update_result
+from .messages import HandlerInfo, SignalAccepted, query, registered_handlers, signal, update, update_result
 from .process import CurrentDispatcher, dispatch_on_commit, get_engine, get_store
 from .reading import (
     FinishedPerMinute,
@@ -75,6 +75,7 @@ from .schedules import (
 )
 from .starts import (
     ON_CONFLICT_CHOICES,
+    RELATED_OBJECT_ATTRIBUTE,
     SignalWithStartResult,
     StartOptions,
     StartResult,
@@ -90,6 +91,7 @@ __all__ = [
     "HISTORY_FORMAT",
     "HISTORY_VERSION",
     "ON_CONFLICT_CHOICES",
+    "RELATED_OBJECT_ATTRIBUTE",
     "ActivityOutcome",
     "BulkFailure",
     "BulkJobRecord",
@@ -99,6 +101,7 @@ __all__ = [
     "FinishedPerMinute",
     "GcBatch",
     "GcReport",
+    "HandlerInfo",
     "HistoryEntry",
     "InProcessWorker",
     "Latest",
@@ -162,6 +165,7 @@ __all__ = [
     "read_updates",
     "refusal_for",
     "register_run_source",
+    "registered_handlers",
     "replay_document",
     "replay_files",
     "replay_parsed",

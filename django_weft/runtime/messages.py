@@ -3,9 +3,11 @@ a read-only replay)."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +33,7 @@ from ..engine.errors import (
     UpdateNotFound,
     UpdateTimeout,
     UpdateValidationError,
+    WeftError,
     WorkflowTerminalError,
 )
 from ..engine.parking import handled_updates
@@ -143,6 +146,54 @@ def _replay(run: WorkflowRun) -> WorkflowContext:
         search_attributes=dict(run.search_attributes or {}),
     )
     return get_engine().replay_read_only(claimed)
+
+
+@dataclass(frozen=True)
+class HandlerInfo:
+    """A message handler a run's workflow registered (``ctx.on_query``, ``ctx.on_update``,
+    ``ctx.on_signal``), for a form that offers it by name."""
+
+    kind: str
+    """``"query"``, ``"update"`` or ``"signal"``."""
+    name: str
+    parameters: str
+    """The handler's parameters as Python writes them (``"(plus=0)"``, ``"(address)"``);
+    ``"(...)"`` for a callable whose signature cannot be read."""
+
+    @property
+    def hint(self) -> str:
+        return f"{self.name}{self.parameters}"
+
+
+def registered_handlers(ref: str | uuid.UUID) -> list[HandlerInfo] | None:
+    """The handlers a run's workflow has registered at the point its history reached,
+    queries first, then updates and signals, each in registration order.
+
+    Handlers are registered by running workflow code, so the names are found as a query
+    finds its handler: by a read-only replay of the recorded history (nothing runs or is
+    written). ``None`` when the replay cannot say: the workflow is not registered in this
+    process, or its code no longer matches the history."""
+    run = get_run(ref)
+    try:
+        ctx = _replay(run)
+    except WeftError:  # not registered here, or no longer matching its history
+        return None
+    found: list[HandlerInfo] = []
+    kinds: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("query", ctx.query_handlers),
+        ("update", {name: entry.handler for name, entry in ctx.update_handlers.items()}),
+        ("signal", ctx.signal_handlers),
+    )
+    for kind, handlers in kinds:
+        found.extend(HandlerInfo(kind, name, _parameters(handler)) for name, handler in handlers.items())
+    return found
+
+
+def _parameters(handler: Callable[..., Any]) -> str:
+    try:
+        return str(inspect.signature(handler))
+    except (TypeError, ValueError):  # a builtin or an object without a readable signature
+        return "(...)"
 
 
 def query(ref: str | uuid.UUID, name: str, args: list[Any] | tuple[Any, ...] | None = None) -> Any:

@@ -100,6 +100,9 @@ class HistoryEntry:
     attempt: int
     started_at: datetime
     finished_at: datetime | None
+    failed_attempts: list[dict[str, Any]] | None = None
+    """An activity's attempts that failed and were retried, oldest first (``attempt``,
+    ``error``, ``started_at``, ``finished_at``); the fields above are its last attempt."""
 
     @classmethod
     def of(cls, step: Step) -> HistoryEntry:
@@ -114,6 +117,7 @@ class HistoryEntry:
             attempt=step.attempt,
             started_at=step.started_at,
             finished_at=step.finished_at,
+            failed_attempts=step.failed_attempts,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
+from django.db.models import Model
 
 from ..conf import weft_settings
 from ..engine import codec
@@ -62,6 +63,24 @@ def _validate_workflow_id(workflow_id: Any) -> str:
     return workflow_id
 
 
+RELATED_OBJECT_ATTRIBUTE = "weft_object"
+"""The search attribute holding a run's ``related_object``: ``"<app_label>.<model>:<pk>"``."""
+
+
+def related_object_key(obj: Any) -> str:
+    """``obj`` as :data:`RELATED_OBJECT_ATTRIBUTE` stores it; ``InvalidInput`` for anything
+    but a saved model instance."""
+    if not isinstance(obj, Model):
+        raise InvalidInput(f"related_object must be a model instance; got {type(obj).__name__}")
+    if obj.pk is None:
+        raise InvalidInput(f"related_object {obj._meta.label} is not saved (it has no primary key yet)")
+    key = f"{obj._meta.label_lower}:{obj.pk}"
+    flaw = codec.text_flaw(key)
+    if flaw:
+        raise InvalidInput(f"related_object's primary key must not contain {flaw}")
+    return key
+
+
 @dataclass(frozen=True)
 class StartOptions:
     """How to start a run, as the caller gave it: the options :func:`start`,
@@ -72,13 +91,18 @@ class StartOptions:
     ``on_conflict`` what to do when a run with that id exists (``use_existing``,
     ``fail``, ``start_new_if_terminal``); ``execution_timeout`` bounds the whole run
     (its continue-as-new chain included); ``start_delay`` leaves it ``pending`` that
-    long; ``search_attributes`` are stored with it for filtering."""
+    long; ``search_attributes`` are stored with it for filtering; ``related_object`` (a
+    saved model instance) is the business object the run is for, stored as the search
+    attribute :data:`RELATED_OBJECT_ATTRIBUTE` (``"orders.order:42"``): the admin's run
+    page links to that object's admin page, and ``weft_object=orders.order:42`` finds
+    its runs."""
 
     id: str | None = None
     on_conflict: str = "use_existing"
     execution_timeout: Duration | None = None
     start_delay: Duration | None = None
     search_attributes: dict[str, Any] | None = None
+    related_object: Model | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +142,8 @@ def _prepare_start(
     if not isinstance(search_attributes, dict):
         raise InvalidInput("search_attributes must be a dict")
     attributes = codec.loads(codec.dumps(search_attributes, what="search_attributes", limit=limit))
+    if options.related_object is not None:
+        attributes[RELATED_OBJECT_ATTRIBUTE] = related_object_key(options.related_object)
     on_conflict = options.on_conflict
     if on_conflict not in ON_CONFLICT_CHOICES:  # the catalogue's choices (.operations)
         raise InvalidInput(
@@ -159,6 +185,7 @@ def start(
     execution_timeout: Duration | None = None,
     start_delay: Duration | None = None,
     search_attributes: dict[str, Any] | None = None,
+    related_object: Model | None = None,
 ) -> StartResult:
     """Create a run of ``workflow``, unowned and runnable (or ``pending`` with a delay).
 
@@ -173,6 +200,7 @@ def start(
         execution_timeout=execution_timeout,
         start_delay=start_delay,
         search_attributes=search_attributes,
+        related_object=related_object,
     )
     return start_with(workflow, args, kwargs, options)
 

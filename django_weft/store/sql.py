@@ -60,12 +60,13 @@ SIGNAL_TABLE = Signal._meta.db_table
 
 _STEP_COLUMNS = (
     "run_id, seq, kind, name, status, args, result, error, attempt, "
-    "started_at, finished_at, created_at, updated_at, epoch"
+    "started_at, finished_at, created_at, updated_at, epoch, failed_attempts"
 )
 _STEP_ON_CONFLICT = (
     "ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
     "result = excluded.result, error = excluded.error, attempt = excluded.attempt, "
-    "finished_at = excluded.finished_at, updated_at = excluded.updated_at"
+    "finished_at = excluded.finished_at, updated_at = excluded.updated_at, "
+    "failed_attempts = excluded.failed_attempts"
 )
 
 
@@ -88,8 +89,8 @@ def json_value(value: Any) -> Any:
 
 def _step_record(row: Sequence[Any]) -> StepRecord:
     """A :class:`StepRecord` from ``seq, kind, name, status, result, error, attempt,
-    started_at, finished_at`` columns."""
-    seq, kind, name, status, result, error, attempt, started, finished = row
+    started_at, finished_at, failed_attempts`` columns."""
+    seq, kind, name, status, result, error, attempt, started, finished, failed = row
     return StepRecord(
         seq=seq,
         kind=kind,
@@ -100,6 +101,7 @@ def _step_record(row: Sequence[Any]) -> StepRecord:
         attempt=attempt,
         started_at=aware(started) if started is not None else None,
         finished_at=aware(finished) if finished is not None else None,
+        failed_attempts=tuple(json_value(failed)) if failed is not None else (),
     )
 
 
@@ -274,8 +276,8 @@ class StoreSql:
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         """The recorded steps of a run, in one query."""
         sql = (
-            "SELECT seq, kind, name, status, result, error, attempt, started_at, finished_at "
-            f"FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
+            "SELECT seq, kind, name, status, result, error, attempt, started_at, finished_at, "
+            f"failed_attempts FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, {"id": self.run_key(run_id)})
@@ -293,7 +295,8 @@ class StoreSql:
         cast = "::jsonb" if self.is_postgres else ""
         return (
             f"%(seq)s, %(kind)s, %(name)s, %(status)s, %(args)s{cast}, %(result)s{cast}, "
-            f"%(error)s{cast}, %(attempt)s, %(started)s, %(finished)s, %(stamp)s, %(stamp)s, %(epoch)s"
+            f"%(error)s{cast}, %(attempt)s, %(started)s, %(finished)s, %(stamp)s, %(stamp)s, %(epoch)s, "
+            f"%(failed)s{cast}"
         )
 
     def _build_step_sql(self) -> str:
@@ -329,6 +332,7 @@ class StoreSql:
             "started": adapt(step.started_at),
             "finished": adapt(step.finished_at),
             "stamp": adapt(step.finished_at or step.started_at),
+            "failed": step.failed_attempts_json,
         }
 
     def write_step(self, cursor: CursorWrapper, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
@@ -497,7 +501,7 @@ class StoreSql:
         again = "(status = 'accepted' OR applied_seq >= %(cut)s)"
         statements = (
             f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "
-            "result, error, attempt, started_at, finished_at, created_at, updated_at, 0 "
+            "result, error, attempt, started_at, finished_at, created_at, updated_at, 0, failed_attempts "
             f"FROM {STEP_TABLE} WHERE run_id = %(old)s AND seq < %(cut)s",
             f"INSERT INTO {SIGNAL_TABLE} (run_id, name, payload, signal_id, received_at, consumed_seq) "
             "SELECT %(new)s, name, payload, signal_id, received_at, "

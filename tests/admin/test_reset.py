@@ -82,9 +82,9 @@ def test_each_step_links_to_its_reset_page_which_resets_the_run() -> None:
 
     # Both run pages show the link to the other run; the old one offers no reset any more.
     old_page = browser.get(change_url(old)).content.decode()
-    assert "Reset to:" in old_page and str(new.pk) in old_page and "weft-reset-link" not in old_page
+    assert "<dt>reset to</dt>" in old_page and str(new.pk) in old_page and "weft-reset-link" not in old_page
     new_page = browser.get(change_url(new)).content.decode()
-    assert "Reset from:" in new_page and str(old.pk) in new_page and "step 6 fixed" in new_page
+    assert "<dt>reset from</dt>" in new_page and str(old.pk) in new_page and "step 6 fixed" in new_page
 
 
 def test_refusals_are_errors_on_the_form_and_change_nothing() -> None:

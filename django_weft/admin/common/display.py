@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from django.contrib import admin
@@ -37,6 +37,47 @@ def moment(value: datetime | None) -> str:
     if value is None:
         return "-"
     return date_format(timezone.localtime(value), "Y-m-d H:i:s")
+
+
+def zoned_moment(value: datetime | None, tz: tzinfo | None = None) -> SafeString | str:
+    """A time to the second with its zone, as ``<time>``: in ``tz`` (default: the current
+    time zone, Django's ``TIME_ZONE`` or the one activated for the request) followed by the
+    zone's abbreviation, and in UTC on hover; "-" for none."""
+    if value is None:
+        return "-"
+    utc = value.astimezone(UTC)
+    local = timezone.localtime(value, tz)
+    return format_html(
+        '<time datetime="{}" title="{} UTC">{} {}</time>',
+        utc.isoformat(),
+        utc.strftime("%Y-%m-%d %H:%M:%S"),
+        local.strftime("%Y-%m-%d %H:%M:%S"),
+        local.tzname() or str(local.tzinfo),
+    )
+
+
+def json_block(label: str, value: Any, *, folded: bool | None = None, key: str = "") -> SafeString:
+    """A JSON value under a ``<summary>`` that folds it, at full width: ``label``, then how
+    big it is. Open unless ``folded`` (default: folded past :data:`JSON_OPEN_LINES` lines).
+    ``key`` names it for the page's refresh, which keeps what the reader opened."""
+    shown = pretty_json(value)
+    lines = shown.count("\n") + 1
+    if folded is None:
+        folded = lines > JSON_OPEN_LINES
+    size = f"{lines} lines" if lines > 1 else ""
+    return format_html(
+        '<details class="weft-json-block" data-key="{}"{}><summary>{} <span class="weft-quiet">{}</span>'
+        "</summary>{}</details>",
+        key or label,
+        "" if folded else SafeString(" open"),
+        label,
+        size,
+        shown,
+    )
+
+
+JSON_OPEN_LINES = 40
+"""A JSON value longer than this many lines starts folded on a run's page."""
 
 
 def moment_field(column: str, description: str) -> Callable[[Any, Any], str]:
@@ -71,4 +112,15 @@ def listed(labels: Any, shown: int) -> str:
     return f"{text} and {rest} more" if rest > 0 else text
 
 
-__all__ = ["listed", "moment", "moment_field", "pretty_json", "run_link", "shorten", "status_badge"]
+__all__ = [
+    "JSON_OPEN_LINES",
+    "json_block",
+    "listed",
+    "moment",
+    "moment_field",
+    "pretty_json",
+    "run_link",
+    "shorten",
+    "status_badge",
+    "zoned_moment",
+]

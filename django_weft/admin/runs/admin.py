@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.apps import apps
 from django.contrib import admin, messages
+from django.contrib.admin.sites import all_sites
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import URLPattern
+from django.urls import NoReverseMatch, URLPattern
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -27,8 +29,9 @@ from ...engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
 from ...engine.reset import ResetLink
 from ...models import Schedule, WorkflowRun
 from ...runtime.operations import OPERATIONS
+from ...runtime.starts import RELATED_OBJECT_ATTRIBUTE
 from .. import timeline
-from ..common.display import moment_field, pretty_json, run_link, status_badge
+from ..common.display import json_block, moment_field, pretty_json, run_link, status_badge, zoned_moment
 from ..common.urls import admin_url
 from .actions import RUN_ACTIONS, RunActionsAdmin
 from .changelist import (
@@ -43,9 +46,13 @@ from .changelist import (
 from .dashboard import dashboard_urls
 from .forms import SearchError, as_run_id, parse_run_search
 from .reset import may_reset, reset_urls
-from .tables import signals_rows, steps_rows, timers_rows, updates_rows
+from .tables import error_html, signals_rows, steps_rows, timers_rows, updates_rows
 from .tools import tool_urls
 from .waits import describe_wait, waited_positions
+
+LIVE_REFRESH_SECONDS: dict[str, int] = {RunStatus.PENDING: 2, RunStatus.RUNNING: 2, RunStatus.WAITING: 5}
+"""How often a live run's page reloads its content, by status (others: 5 s); the reader
+can turn it off."""
 
 CHILDREN_SHOWN = 100
 STEPS_PER_PAGE = 200
@@ -139,6 +146,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
 
     class Media:
         css = {"all": ("django_weft/admin.css",)}
+        js = ("django_weft/run_page.js",)
 
     # -- permissions: read-only ---------------------------------------------------------
 
@@ -358,9 +366,96 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         obj: WorkflowRun | None = None,
     ) -> HttpResponse:
         if obj is not None:
+            context.update(self.header_context(obj))
             context.update(self.history_context(request, obj))
             context.update(self.messages_context(obj))
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def header_context(self, run: WorkflowRun) -> dict[str, Any]:
+        """What the run page shows above its timeline, and the sections below it that
+        have something to show: the facts of the run (none empty), its input and outcome as
+        foldable JSON, its family, its search attributes, its ownership; whether the page
+        refreshes itself (a live run) and how often."""
+        live = run.status not in TERMINAL_STATUSES
+        facts = [
+            # The workflow and its workflow id are the header's title.
+            ("run id", format_html("<code>{}</code>", run.pk)),
+            ("version", run.workflow_version),
+            ("for", self.related_object_link(run)),
+            ("created", zoned_moment(run.created_at)),
+            ("finished", zoned_moment(run.finished_at) if run.finished_at else ""),
+            ("duration", self.duration(run)),
+            ("attempt", str(run.attempt) if run.attempt > 1 else ""),
+            ("waits on", self.waits_on(run)),
+            ("cancellation", self.cancellation_request(run) if run.cancel_request else ""),
+            ("runnable since", zoned_moment(run.ready_at) if live and run.ready_at else ""),
+            ("deadline", zoned_moment(run.execution_deadline) if run.execution_deadline else ""),
+        ]
+        family = [
+            ("parent run", self.parent_link(run) if run.parent_id else ""),
+            ("started by schedule", self.schedule_link(run)),
+            ("reset from", self.reset_from_link(run)),
+            ("reset to", self.reset_to_link(run)),
+        ]
+        io = [
+            json_block(label, value) for label, value in (("args", run.args), ("kwargs", run.kwargs)) if value
+        ]
+        if run.result is not None:
+            io.append(json_block("result", run.result))
+        if run.error:
+            error = dict(run.error)
+            error.pop("traceback", None)
+            io.append(
+                format_html('<div class="weft-run-error">{}</div>', error_html(run.error, key="run-trace"))
+            )
+            io.append(json_block("error", error, folded=True))
+        return {
+            "weft_facts": [(label, value) for label, value in facts if value not in ("", "-", None)],
+            "weft_family": [(label, value) for label, value in family if value not in ("", "-", None)],
+            "weft_children": self.children_links(run),
+            "weft_io": io,
+            "weft_search_attributes": (
+                json_block("search attributes", run.search_attributes) if run.search_attributes else None
+            ),
+            "weft_ownership": [
+                ("owner", run.owner_id or "-"),
+                ("epoch", str(run.owner_epoch)),
+                ("claimed at", zoned_moment(run.claimed_at)),
+                ("lease expires at", zoned_moment(run.lease_expires_at)),
+                ("updated", zoned_moment(run.updated_at)),
+            ],
+            "weft_status_badge": status_badge(run.status),
+            "weft_live": live,
+            "weft_refresh_seconds": LIVE_REFRESH_SECONDS.get(str(run.status), 5),
+            "weft_zone": timezone.get_current_timezone_name(),
+        }
+
+    def related_object_link(self, run: WorkflowRun) -> SafeString | str:
+        """The object the run was started for (``related_object``), as a link to its admin
+        page on this site when it has one; "" for a run started without one."""
+        key = (run.search_attributes or {}).get(RELATED_OBJECT_ATTRIBUTE)
+        if not isinstance(key, str) or ":" not in key:
+            return ""
+        label, _, pk = key.partition(":")
+        try:
+            model = apps.get_model(label)
+        except (LookupError, ValueError):
+            return format_html("<code>{}</code> (no such model here)", key)
+        found = model._default_manager.filter(pk=pk).first() if pk else None
+        if found is None:
+            return format_html("{} <code>{}</code> (deleted since)", model._meta.verbose_name, pk)
+        # This site's page for it, else another site's (a project may keep its models and
+        # the runs on separate admin sites).
+        site = next((site for site in (self.admin_site, *all_sites) if site.is_registered(model)), None)
+        if site is None:
+            return format_html("{} {}", model._meta.verbose_name, found)
+        try:
+            url = admin_url(model, "change", found.pk, site=site.name)
+        except NoReverseMatch:  # a site not in the URL conf
+            return format_html("{} {}", model._meta.verbose_name, found)
+        return format_html(
+            '{} <a href="{}" class="weft-related-object">{}</a>', model._meta.verbose_name, url, found
+        )
 
     def history_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         """The timeline and a page of the steps table, from the run's history: every step
@@ -380,6 +475,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         may = may_reset(request) and run.reset_to is None and run.status != RunStatus.CONTINUED
         reset_url = admin_url(WorkflowRun, "reset", run.pk) if may else None
         return {
+            "weft_failed_attempts": sum(len(entry.failed_attempts or []) for entry in entries),
             "weft_timeline": timeline.render(entries, now=timezone.now(), tz=timezone.get_current_timezone()),
             "weft_steps": steps_rows(shown, reset_url=reset_url),
             "weft_reset_url": reset_url,
@@ -430,4 +526,4 @@ def _reset_link(stored: object, how: str) -> SafeString | str:
     return format_html("{}: {} {} ({}, {})", shown, how, link.seq, link.reason, link.reset_at)
 
 
-__all__ = ["CHILDREN_SHOWN", "MESSAGES_SHOWN", "STEPS_PER_PAGE", "WorkflowRunAdmin"]
+__all__ = ["CHILDREN_SHOWN", "LIVE_REFRESH_SECONDS", "MESSAGES_SHOWN", "STEPS_PER_PAGE", "WorkflowRunAdmin"]

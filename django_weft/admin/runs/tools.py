@@ -227,18 +227,43 @@ class SendSignalView(RunToolView):
         return self.back_to_run(request, run)
 
 
-class SendUpdateView(RunToolView):
+class HandlersOfRun(RunToolView):
+    """A tool whose names are the handlers the workflow registered: found by a read-only
+    replay of the run's history, as a query finds its handler (handlers are registered by
+    running workflow code, so no other place knows them), offered by name with their
+    parameters."""
+
+    handler_kind: ClassVar[str]
+    _handlers: list[runtime.HandlerInfo] | None = None  # read once per request (a view per request)
+
+    def known_names(self, run: WorkflowRun) -> list[str]:
+        return [handler.name for handler in self.handlers(run)]
+
+    def handlers(self, run: WorkflowRun) -> list[runtime.HandlerInfo]:
+        if self._handlers is None:
+            try:
+                every = runtime.registered_handlers(str(run.pk)) or []
+            except WorkflowNotFound:
+                every = []
+            self._handlers = [handler for handler in every if handler.kind == self.handler_kind]
+        return self._handlers
+
+    def names_hint(self, listed: str) -> str:
+        hints = ", ".join(handler.hint for handler in self._handlers or []) or listed
+        return f"The {self.handler_kind} handlers the run has registered where it is: {hints}."
+
+
+class SendUpdateView(HandlersOfRun):
     tool = "update"
     title = "Send update"
     submit_label = "Send update"
     form_class = UpdateForm
     what = "updates"
+    handler_kind = "update"
 
     def known_names(self, run: WorkflowRun) -> list[str]:
-        return [str(name) for name in (run.waiting_on or {}).get("updates") or []]
-
-    def names_hint(self, listed: str) -> str:
-        return f"Update handlers of the run: {listed}."
+        parked = [str(name) for name in (run.waiting_on or {}).get("updates") or []]
+        return parked or super().known_names(run)
 
     def send(self, request: HttpRequest, run: WorkflowRun, data: dict[str, Any]) -> Outcome | HttpResponse:
         name, wait = data["name"], data["wait"]
@@ -276,7 +301,7 @@ class SendUpdateView(RunToolView):
             self.admin.log_change(request, run, f"Sent update {name} (update id {update_id}).")
 
 
-class RunQueryView(RunToolView):
+class RunQueryView(HandlersOfRun):
     tool = "query"
     title = "Run query"
     submit_label = "Run query"
@@ -284,6 +309,7 @@ class RunQueryView(RunToolView):
     takes_finished_runs = True
     what = "queries"
     payload_field = "args"
+    handler_kind = "query"
 
     def send(self, request: HttpRequest, run: WorkflowRun, data: dict[str, Any]) -> Outcome | HttpResponse:
         name = data["name"]

@@ -33,7 +33,7 @@ from ...engine.errors import ScheduleManaged, ScheduleNotFound
 from ...models import Schedule, WorkflowRun
 from ...runtime.operations import OPERATIONS
 from ...runtime.schedules import spec_of
-from ..common.display import moment
+from ..common.display import moment, zoned_moment
 from ..common.forms import as_sentence
 from ..common.selection import RETURN_TO, ConfirmedActionsAdmin
 from ..common.urls import admin_url, url_name
@@ -57,6 +57,8 @@ from .display import (
     operator_in_utc,
     outcome_badge,
     run_link,
+    schedule_moment,
+    schedule_zone,
     time_columns,
 )
 from .forms import ScheduleForm, seconds_text
@@ -238,7 +240,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
             return format_html('<span class="weft-paused" title="{}">paused</span>', schedule.note or "")
         if schedule.next_fire_at is None:
             return format_html('<span class="quiet">{}</span>', "ended")
-        return moment(schedule.next_fire_at)
+        return schedule_moment(schedule, schedule.next_fire_at)
 
     @admin.display(description="fired / skipped / missed")
     def fired_skipped_missed(self, schedule: Schedule) -> str:
@@ -389,7 +391,9 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
             return format_html('<strong class="weft-paused">paused</strong>{}', note)
         if schedule.next_fire_at is None:
             return "ended: no fire time is left (past its end, or its cron matches no later date)"
-        return format_html("active: fires next at {}", moment(schedule.next_fire_at))
+        return format_html(
+            "active: fires next at {}", zoned_moment(schedule.next_fire_at, schedule_zone(schedule))
+        )
 
     @admin.display(description="next fire times")
     def next_fire_times(self, schedule: Schedule) -> SafeString | str:
@@ -414,7 +418,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
     @admin.display(description="counters")
     def counters(self, schedule: Schedule) -> SafeString:
         missed = (
-            format_html(" (the last at {})", moment(schedule.last_missed_at))
+            format_html(" (the last at {})", zoned_moment(schedule.last_missed_at))
             if schedule.last_missed_at
             else ""
         )
@@ -446,11 +450,11 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
 
     @admin.display(description="created")
     def created(self, schedule: Schedule) -> str:
-        return moment(schedule.created_at)
+        return zoned_moment(schedule.created_at)
 
     @admin.display(description="updated")
     def updated(self, schedule: Schedule) -> str:
-        return moment(schedule.updated_at)
+        return zoned_moment(schedule.updated_at)
 
     # What the form's boxes hold, shown read-only (a managed schedule, a view-only user).
 

@@ -63,6 +63,32 @@ def time_columns(schedule: Schedule) -> list[tuple[str, tzinfo]]:
     return columns
 
 
+def schedule_zone(schedule: Schedule) -> tzinfo:
+    """The zone a schedule's times read best in: a cron schedule's own (its expression is
+    matched against that wall clock), else the operator's."""
+    if schedule.cron:
+        with contextlib.suppress(ZoneInfoNotFoundError, ValueError):
+            return ZoneInfo(schedule.timezone)
+    return timezone.get_current_timezone()
+
+
+def schedule_moment(schedule: Schedule, value: datetime) -> SafeString:
+    """A fire time of ``schedule`` on two lines, date then time with its zone: in the
+    schedule's own zone for a cron schedule (whose wall clock its expression is matched
+    against), else in the operator's; the operator's time and UTC on hover."""
+    there = value.astimezone(schedule_zone(schedule))
+    local, utc = local_and_utc(value)
+    return format_html(
+        '<time datetime="{}" title="{} / {} UTC" class="weft-fire-time">{}<br>{} {}</time>',
+        value.astimezone(UTC).isoformat(),
+        local,
+        utc,
+        there.strftime("%Y-%m-%d"),
+        there.strftime("%H:%M:%S"),
+        there.tzname() or schedule.timezone,
+    )
+
+
 def run_link(action: dict[str, Any], label: str | None = None) -> SafeString | str:
     """The run a recorded action started, linked (by ``label``, else its workflow id), and
     its current status."""
@@ -144,5 +170,7 @@ __all__ = [
     "operator_in_utc",
     "outcome_badge",
     "run_link",
+    "schedule_moment",
+    "schedule_zone",
     "time_columns",
 ]

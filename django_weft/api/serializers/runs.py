@@ -109,6 +109,11 @@ class HistoryEntrySerializer(serializers.Serializer):
     error = serializers.JSONField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    failed_attempts = serializers.JSONField(
+        allow_null=True,
+        help_text="An activity's attempts that failed and were retried, oldest first "
+        "(attempt, error, started_at, finished_at); the fields above are its last attempt.",
+    )
 
 
 class HistoryPageSerializer(serializers.Serializer):
@@ -144,6 +149,7 @@ class ExportedStepSerializer(HistoryEntrySerializer):
 
     started_at = serializers.CharField(allow_null=True)
     finished_at = serializers.CharField(allow_null=True)
+    failed_attempts = None  # not in the history format: a replay does not need them
 
 
 class HistoryExportSerializer(serializers.Serializer):

@@ -68,4 +68,5 @@ def step_record(step: StepWrite) -> StepRecord:
         attempt=step.attempt,
         started_at=step.started_at,
         finished_at=step.finished_at,
+        failed_attempts=tuple(codec.loads(step.failed_attempts_json)) if step.failed_attempts_json else (),
     )
