@@ -76,7 +76,8 @@ def test_an_expired_lease_of_a_workflow_the_engine_lacks_is_not_taken_over() -> 
     assert row(handle.run_id)["owner_epoch"] == 2
 
 
-def test_a_worker_sweep_marks_dispatched_only_runs_of_its_workflows() -> None:
+def test_a_worker_sweep_marks_dispatched_only_runs_of_its_workflows(advertising: object) -> None:
+    # No worker rows: beat's sweep then holds no run back for want of a live worker.
     echo = client.start("tests.echo")
     sleepy = client.start("tests.sleepy")
     sweep = DjangoStore().sweep
@@ -94,9 +95,12 @@ def test_a_worker_sweep_marks_dispatched_only_runs_of_its_workflows() -> None:
 
 @pytest.fixture
 def advertising() -> object:
+    """No worker rows before the test or after it: a heartbeat thread writes them on a
+    connection of its own, outside the test's transaction."""
     Worker.objects.all().delete()
     yield
     workers.stop_advertising()
+    Worker.objects.all().delete()
 
 
 def test_a_worker_process_advertises_its_workflows_and_queues_and_deletes_its_row_on_stop(
