@@ -67,8 +67,9 @@ def tick(
     the next tick instead of after ``WEFT_REDISPATCH_AFTER``.
 
     ``workflows`` (``weft_worker`` passes the workflows it has registered) limits the
-    runs dispatched to runs of those workflows; timers, schedules and the rest are swept
-    for every run.
+    runs and finalizers dispatched to those of these workflows (a worker without a
+    workflow's code would leave its finalizer unrun); timers, schedules and the rest are
+    swept for every run.
     """
     dispatcher = dispatcher or get_dispatcher()
     store = get_store()
@@ -81,7 +82,7 @@ def tick(
     report.closed_children = store.sweep.close_orphaned_children(batch)
     store.sweep.wake_waiting_parents(batch)
     finalizers = (
-        store.finalizers.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER)
+        store.finalizers.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER, workflows)
         if delivers(dispatcher)
         else []
     )

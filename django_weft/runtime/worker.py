@@ -125,6 +125,14 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
     store = get_store()
     run_id = str(run_id)
     lease = weft_settings.LEASE_TTL
+    runs = WorkflowRun.objects.using(store.alias)
+    workflow_name = runs.filter(pk=run_id).values_list("workflow_name", flat=True).first()
+    if workflow_name is not None and workflow_name not in registry.workflows:
+        # Another worker has the code and the finalizer: the attempt is not started here,
+        # and the sweep sends it again (docs/explanation/decisions.md, decision 9).
+        logger.info("run %s: workflow %s is not registered here; finalizer left to another worker", run_id,
+                    workflow_name)  # fmt: skip
+        return ActivityOutcome.SKIPPED
     started = store.finalizers.start_finalizer(run_id, attempt, lease)
     if started is None:
         logger.info(
@@ -133,9 +141,7 @@ def run_finalizer(run_id: str, attempt: int) -> ActivityOutcome:
         return ActivityOutcome.SKIPPED
     name, state = started
     if name is None:
-        definition = registry.workflows.get(
-            WorkflowRun.objects.using(store.alias).values_list("workflow_name", flat=True).get(pk=run_id)
-        )
+        definition = registry.workflows.get(workflow_name or "")
         if definition is None or definition.finalizer is None:
             store.finalizers.finish_finalizer(run_id, attempt, drop=True)
             logger.info("run %s: its workflow has no finalizer here; none to run", run_id)

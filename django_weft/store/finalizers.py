@@ -10,6 +10,7 @@ sends the next attempt).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,12 +58,19 @@ class Finalizers:
         )
         return finalizer
 
-    def claim_due_finalizers(self, batch: int, resend_after: float) -> list[tuple[str, int]]:
+    def claim_due_finalizers(
+        self, batch: int, resend_after: float, workflows: Collection[str] | None = None
+    ) -> list[tuple[str, int]]:
         """Finalizer attempts to send: ``(run_id, attempt)`` for each due finalizer timer.
         An attempt that had started is lost (its lease ran out) and counts as made. The
         timer is pushed ``resend_after`` ahead, so a busy cluster is not sent it again
-        every sweep; starting the attempt replaces that with the attempt's lease."""
+        every sweep; starting the attempt replaces that with the attempt's lease.
+
+        With ``workflows`` (a worker's own sweep), only finalizers of runs of those
+        workflows: a worker without a workflow's code would find no finalizer to run."""
         timers = Timer.objects.using(self.sql.alias).filter(kind=TimerKind.FINALIZER)
+        if workflows is not None:
+            timers = timers.filter(run__workflow_name__in=sorted(workflows))
         due: list[tuple[str, int]] = []
         with transaction.atomic(using=self.sql.alias):
             now = self.sql.db_now()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -10,7 +11,7 @@ from django_weft import client
 from django_weft.engine.records import FINALIZER_SEQ
 from django_weft.models import Timer, WorkflowRun
 from django_weft.runtime import ActivityOutcome, run_finalizer, tick
-from django_weft.runtime.dispatch import SweepOnlyDispatcher
+from django_weft.runtime.dispatch import LocalDispatcher, SweepOnlyDispatcher
 from django_weft.testing import drive
 from tests.support.driver import park
 from tests.testapp import workflows
@@ -88,7 +89,6 @@ def test_a_failing_finalizer_is_retried_and_its_outcome_is_visible() -> None:
 
 
 def test_the_sweep_sends_a_lost_finalizer_attempt_again(settings) -> None:  # type: ignore[no-untyped-def]
-    from django_weft.runtime.dispatch import LocalDispatcher
 
     handle = client.start("tests.f.booking", args=["b6"])
     park(handle.run_id)
@@ -125,3 +125,33 @@ def test_lost_finalizer_attempts_count_towards_its_retry_policy() -> None:
     finalizer = finalizer_of(handle.run_id)
     assert finalizer["status"] == "failed" and finalizer["error"]["type"] == "django_weft.WorkerLost"
     assert not Timer.objects.filter(run_id=handle.run_id).exists()
+
+
+def test_a_worker_sweep_sends_only_finalizers_of_its_own_workflows() -> None:
+    # A weft_worker lacking a workflow's code would find no finalizer for it and drop it:
+    # its sweep leaves the finalizer to a worker that has the workflow.
+    handle = client.start("tests.f.booking", args=["b8"])
+    park(handle.run_id)
+    handle.cancel()
+    local = LocalDispatcher()
+    assert tick(local, workflows={"tests.echo"}).finalizers == 0
+    assert local.get(0.1) is None
+    assert finalizer_of(handle.run_id)["status"] == "pending"
+    assert tick(local, workflows={"tests.f.booking"}).finalizers == 1
+    work = local.get(1)
+    assert work is not None and (work.seq, work.attempt) == (FINALIZER_SEQ, 1)
+
+
+def test_a_worker_without_the_workflow_leaves_its_finalizer_for_one_with_it(monkeypatch: Any) -> None:
+    from django_weft.engine.registry import registry
+
+    handle = client.start("tests.f.booking", args=["b9"])
+    park(handle.run_id)
+    handle.cancel()
+    assert tick(LocalDispatcher()).finalizers == 1  # beat's sweep sends attempt 1 to anyone
+    with monkeypatch.context() as patched:  # a worker deployed without this workflow
+        patched.delitem(registry.workflows, "tests.f.booking")
+        assert run_finalizer(handle.run_id, 1) == ActivityOutcome.SKIPPED
+    assert finalizer_of(handle.run_id)["status"] == "pending"  # not started, not dropped
+    assert run_finalizer(handle.run_id, 1) == ActivityOutcome.COMPLETED
+    assert cleanups("b9") == 1
