@@ -21,9 +21,31 @@ RETRY_AFTER = 5
 MESSAGE = "The database is not answering; try again in a few seconds."
 
 
+_UNAVAILABLE_SQLSTATE_CLASSES = ("08", "40", "53", "55", "57", "58")
+"""PostgreSQL's error classes that mean "away or busy, try again": connection exception,
+transaction rollback (deadlock, serialization), insufficient resources, object not in
+prerequisite state (a lock not available), operator intervention (shutdown, a statement
+timeout), system error."""
+_UNAVAILABLE_SQLITE_WORDS = ("locked", "busy", "unable to open", "disk i/o")
+
+
 def database_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database is away or busy rather than that a request was wrong."""
-    return isinstance(exc, DATABASE_UNAVAILABLE)
+    """Whether ``exc`` says the database is away or busy rather than that the code or its
+    schema is wrong. An ``OperationalError`` that names a missing table or column (an
+    unapplied migration on SQLite) or a statement the database refuses is a bug to see,
+    not an outage to wait out."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate is not None:  # psycopg: the server answered with an error code
+        return str(sqlstate)[:2] in _UNAVAILABLE_SQLSTATE_CLASSES
+    if type(cause).__module__.startswith("sqlite3"):
+        message = str(cause).lower()
+        return any(word in message for word in _UNAVAILABLE_SQLITE_WORDS)
+    return True  # no code: the connection failed before the server could answer
 
 
 def drop_broken_connections() -> list[str]:

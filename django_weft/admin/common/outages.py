@@ -18,7 +18,7 @@ from django.template.loader import render_to_string
 from django.template.response import SimpleTemplateResponse
 from django.urls import URLPattern
 
-from ...runtime.outages import DATABASE_UNAVAILABLE, RETRY_AFTER
+from ...runtime.outages import DATABASE_UNAVAILABLE, RETRY_AFTER, database_unavailable
 
 logger = logging.getLogger("django_weft.admin")
 
@@ -43,6 +43,8 @@ def _answering(view: Callable[..., HttpResponse], site_header: str, site_title: 
                 response.render()
             return response
         except DATABASE_UNAVAILABLE as exc:
+            if not database_unavailable(exc):
+                raise  # the code or the schema is wrong: a bug to see, not an outage
             logger.error("%s %s: the database is not answering (503): %s", request.method, request.path, exc)
             return unavailable_page(request, site_header, site_title)
 

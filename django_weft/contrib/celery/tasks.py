@@ -15,7 +15,7 @@ from celery import shared_task
 
 from ... import runtime
 from ...conf import weft_settings
-from ...runtime.outages import DATABASE_UNAVAILABLE
+from ...runtime.outages import DATABASE_UNAVAILABLE, database_unavailable
 from . import ACTIVITY_TASK, GC_TASK, TICK_TASK, TURN_TASK
 from .signals import start_advertising
 
@@ -58,6 +58,8 @@ def tick() -> dict[str, int]:
     try:
         report = runtime.tick()
     except DATABASE_UNAVAILABLE as exc:
+        if not database_unavailable(exc):
+            raise  # the code or the schema is wrong: a bug to see, not an outage
         logger.warning("tick: the database is not answering (%s); the next tick retries", exc)
         return {"fired": 0, "dispatched": 0, "purged": 0}
     if report.fired or report.dispatched:
