@@ -85,9 +85,10 @@ def advertise_now() -> None:
     )
     store.workers.advertise(advert)
     if _advertised_pid != current.pid:
-        _advertised_pid = current.pid
         forgotten = store.workers.forget_silent(FORGET_AFTER)
         sent = store.workers.make_runnable_again(workflows)
+        # Marked done only once done: a failure here is tried again with the next heartbeat.
+        _advertised_pid = current.pid
         logger.info(
             "worker %s advertises %d workflows%s%s",
             engine.engine_id,
