@@ -50,8 +50,9 @@ def _meet(phase: str, seen: str) -> dict[str, str]:
     workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     deadline = time.monotonic() + 60
     while True:
-        found = {path.name.split(".", 1)[1]: path.read_text() for path in folder.glob(f"{phase}.gw*")}
-        found = {name: text for name, text in found.items() if not name.endswith(".tmp")}
+        # A ".tmp" file is being written, and may be renamed before it could be read.
+        done = [path for path in folder.glob(f"{phase}.gw*") if not path.name.endswith(".tmp")]
+        found = {path.name.split(".", 1)[1]: path.read_text() for path in done}
         if len(found) >= workers:
             return found
         assert time.monotonic() < deadline, f"the other worker never reached {phase!r}: {found}"
