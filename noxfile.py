@@ -1,15 +1,18 @@
 """Test the package on newer interpreters and Django releases: ``nox -s tests``.
 
 Each session runs the part of the suite that leans on Django and DRF the most (the
-admin, the REST API's flows, runs, migrations and system checks, and the engine),
-without the process-level tests (``slow``), the schema fuzzing (``fuzz``) and the
-browser tests (``browser``), which the baseline run of ``scripts/test`` covers with
-everything else. To keep the test command within its time budget, Python 3.12 runs it
-on PostgreSQL and 3.13 on SQLite (the baseline interpreter runs both databases);
-``WEFT_NOX_ALL_DATABASES=1`` runs both everywhere, and ``nox -s tests -- tests`` runs the
-whole suite (paths after ``--`` replace the subset; other options apply to it).
-Interpreters that are not installed are skipped (``nox`` reports them), so the command
-works on any machine.
+task framework's backend, the admin, the REST API's flows, runs, migrations and system
+checks; not the engine, which imports no Django), without the process-level tests
+(``slow``), the schema fuzzing (``fuzz``) and the browser tests (``browser``), which the
+baseline run of ``scripts/test`` covers with everything else; except the task
+framework's process tests, so that Django 6's ``django.tasks`` is tested in full. To keep
+the test command within its time budget, Python 3.12 runs it on PostgreSQL, and 3.13
+runs the task framework's part (its tests and process tests) on SQLite (the baseline
+interpreter runs everything on both databases); ``WEFT_NOX_ALL_DATABASES=1`` runs the
+whole subset on both databases everywhere, and ``nox -s tests -- tests`` runs the whole
+suite (paths after ``--`` replace the subset; other options apply to it). Interpreters
+that are not installed are skipped (``nox`` reports them), so the command works on any
+machine.
 """
 
 from __future__ import annotations
@@ -25,15 +28,19 @@ nox.options.reuse_existing_virtualenvs = True
 
 SKIPPED = "not slow and not fuzz and not browser"
 SUBSET = [
+    "tests/tasks",  # Django's task framework: django.tasks on Django 6, in full
     "tests/admin",
     "tests/api/test_flow.py",
     "tests/runtime/test_runs.py",
     "tests/store/test_schema_and_checks.py",
-    "tests/engine",
 ]
 """What a session runs unless paths are given after ``--``."""
+TASK_PROCESSES = ["tests/integration/test_task_processes.py"]
+"""Process-level tests a session runs beside the subset (Django 6's ``django.tasks``)."""
 DATABASES = {"3.12": ("postgres",), "3.13": ("sqlite",)}
 """The databases each interpreter's session runs the suite on."""
+TASKS_ONLY = {"3.13"}
+"""Interpreters whose session runs only the task framework's tests of the subset."""
 
 
 @nox.session(python=["3.12", "3.13"])
@@ -44,12 +51,16 @@ def tests(session: nox.Session, django: str) -> None:
     # A test database of its own, so sessions never collide with another run of the suite.
     test_db = "test_weft_" + session.name.split("(")[0].replace("-", "_").replace(".", "")
     databases = DATABASES.get(str(session.python), ("postgres", "sqlite"))
+    subset = ["tests/tasks"] if str(session.python) in TASKS_ONLY else SUBSET
     if os.environ.get("WEFT_NOX_ALL_DATABASES") == "1":
-        databases = ("postgres", "sqlite")
+        databases, subset = ("postgres", "sqlite"), SUBSET
     for database in databases:
         env = {"WEFT_TEST_DB": database, "WEFT_TEST_PG_TEST_NAME": test_db}
         # Options after "--" (-k, -x) apply to the subset; a path there replaces it.
         paths_given = any(arg.startswith("tests") for arg in session.posargs)
-        targets = list(session.posargs) if paths_given else [*SUBSET, *session.posargs]
+        targets = list(session.posargs) if paths_given else [*subset, *session.posargs]
         parallel = ["-n", "2", "--dist", "loadfile"]  # two pytest-xdist workers
         session.run("pytest", "-q", "-p", "no:cacheprovider", *parallel, "-m", SKIPPED, *targets, env=env)
+        if not paths_given:
+            # The task framework in full: its process-level tests (a worker killed mid-task) too.
+            session.run("pytest", "-q", "-p", "no:cacheprovider", *TASK_PROCESSES, env=env)

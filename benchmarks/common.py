@@ -14,6 +14,20 @@ from typing import Any
 import psycopg
 
 
+def database_settings(name: str) -> dict[str, Any]:
+    """A ``DATABASES`` entry for database ``name`` on the benchmark's server (PGHOST...),
+    with persistent connections, as a deployment would keep them."""
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": os.environ.get("PGUSER", "postgres"),
+        "PASSWORD": os.environ.get("PGPASSWORD", ""),
+        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+        "PORT": os.environ.get("PGPORT", "5432"),
+        "CONN_MAX_AGE": None,
+    }
+
+
 def admin_connection() -> psycopg.Connection[Any]:
     """An autocommit connection to the server's ``postgres`` database."""
     return psycopg.connect(
@@ -87,17 +101,7 @@ def setup_django(database: str, *, urlconf: str, admin: bool = False, keep: bool
             *(["django.contrib.messages.middleware.MessageMiddleware"] if admin else []),
         ],
         ROOT_URLCONF=urlconf,
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": database,
-                "USER": os.environ.get("PGUSER", "postgres"),
-                "PASSWORD": os.environ.get("PGPASSWORD", ""),
-                "HOST": os.environ.get("PGHOST", "127.0.0.1"),
-                "PORT": os.environ.get("PGPORT", "5432"),
-                "CONN_MAX_AGE": None,
-            }
-        },
+        DATABASES={"default": database_settings(database)},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         WEFT_AUTODISCOVER_MODULE=None,
         WEFT_DISPATCHER="django_weft.runtime.dispatch.SweepOnlyDispatcher",

@@ -121,14 +121,14 @@ def _quiet_gc() -> None:
 # -- django_weft -----------------------------------------------------------------------
 
 
-def setup_django(server: Server, *, prepared: bool = False) -> None:
+def setup_django(server: Server, *, prepared: bool = False, database: str = WEFT_DB) -> None:
     import django
     from django.conf import settings
 
     # A fresh database every invocation, so the schema is exactly what the migrations
     # say now (even if one was edited in place during development).
-    server.drop_database(WEFT_DB)
-    server.ensure_database(WEFT_DB)
+    server.drop_database(database)
+    server.ensure_database(database)
     # Django's defaults: client-side parameter binding and no prepared statements, so every
     # statement is parsed and planned by the server each time. ``prepared`` turns on
     # psycopg's server-side binding and automatic preparation (after 5 executions).
@@ -142,7 +142,7 @@ def setup_django(server: Server, *, prepared: bool = False) -> None:
         DATABASES={
             "default": {
                 "ENGINE": "django.db.backends.postgresql",
-                "NAME": WEFT_DB,
+                "NAME": database,
                 "USER": server.user,
                 "PASSWORD": server.password,
                 "HOST": server.host,
@@ -241,8 +241,8 @@ class WeftResult:
         return 1000 * self.start_seconds / self.runs
 
 
-def setup_weft(server: Server, steps: int, warmup: int, *, prepared: bool) -> None:
-    setup_django(server, prepared=prepared)
+def setup_weft(server: Server, steps: int, warmup: int, *, prepared: bool, database: str = WEFT_DB) -> None:
+    setup_django(server, prepared=prepared, database=database)
     register_weft_workflow()
     if warmup:
         # Opens the connection, fills the caches and plans the statements.
@@ -260,6 +260,42 @@ def bench_weft(runs: int, steps: int) -> WeftResult:
     elapsed = time.perf_counter() - driving
     check_weft(run_ids, steps)
     return WeftResult(drive=Rate(runs * steps, elapsed), start_seconds=started - began, runs=runs)
+
+
+def install_dropping_sdk() -> None:
+    """The OpenTelemetry SDK as an application would set it (docs/how-to/observe.md: a
+    ``BatchSpanProcessor``), with an exporter that drops every span: what is measured is
+    making the spans and handing them over, not sending them."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropping()))
+    trace.set_tracer_provider(provider)
+
+
+def bench_weft_observed(runs: int, steps: int, *, tracing: bool, metrics: bool) -> WeftResult:
+    """:func:`bench_weft` with the tracing observer installed (``WEFT_TRACING``), the
+    Prometheus metrics recording (``WEFT_METRICS``), or both."""
+    from django_weft import metrics as weft_metrics
+    from django_weft import tracing as weft_tracing
+
+    if tracing:
+        weft_tracing.install()
+    if metrics:
+        weft_metrics.enable()
+    try:
+        return bench_weft(runs, steps)
+    finally:
+        if metrics:
+            weft_metrics.disable()
+        if tracing:
+            weft_tracing.uninstall()
 
 
 # -- DBOS Transact ---------------------------------------------------------------------
@@ -399,6 +435,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-dbos", action="store_true", help="do not run the DBOS Transact part")
     parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="each round runs weft twice, without and with WEFT_TRACING (the OpenTelemetry SDK "
+        "with an exporter that drops every span), and reports the overhead",
+    )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="each round runs weft twice, without and with WEFT_METRICS (prometheus_client's "
+        "default registry), and reports the overhead; with --tracing, the second part has both",
+    )
+    parser.add_argument(
+        "--weft-database",
+        default=WEFT_DB,
+        help=f"the database of the weft part (dropped and recreated), default {WEFT_DB}",
+    )
+    parser.add_argument(
         "--pgbench-seconds", type=_non_negative, default=10, help="pgbench -T duration; 0 skips it"
     )
     return parser.parse_args(argv)
@@ -416,11 +469,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.skip_dbos:
         require_dbos()
-    setup_weft(server, steps, warmup, prepared=args.prepared)
+    setup_weft(server, steps, warmup, prepared=args.prepared, database=args.weft_database)
+    if args.tracing:
+        install_dropping_sdk()
     print(weft_revision(), flush=True)
     pgbench = PgBench(server) if args.pgbench_seconds else None
 
+    observed = " + ".join(name for name, on in (("traced", args.tracing), ("metrics", args.metrics)) if on)
     weft: list[WeftResult] = []
+    traced: list[WeftResult] = []
     dbos: list[Rate] = []
     tps: list[float] = []
     # The three parts alternate round by round, so a slow patch of the machine (shared
@@ -432,6 +489,12 @@ def main(argv: list[str] | None = None) -> int:
             f"round {number}/{rounds}: weft {result.drive.per_second:.0f} steps/s "
             f"({result.drive.ms_per_step:.3f} ms/step; start {result.ms_per_start:.2f} ms/run)"
         ]
+        if observed:
+            traced.append(bench_weft_observed(runs, steps, tracing=args.tracing, metrics=args.metrics))
+            line.append(
+                f"weft {observed} {traced[-1].drive.per_second:.0f} steps/s "
+                f"({traced[-1].drive.ms_per_step:.3f} ms/step; start {traced[-1].ms_per_start:.2f} ms/run)"
+            )
         if not args.skip_dbos:
             dbos.append(bench_dbos(server, runs, steps, warmup))
             line.append(f"dbos {dbos[-1].per_second:.0f} steps/s ({dbos[-1].ms_per_step:.3f} ms/step)")
@@ -457,6 +520,15 @@ def main(argv: list[str] | None = None) -> int:
     if tps:
         share = statistics.median([w / t for w, t in zip(weft_rates, tps, strict=True)])
         parts.append(f"pgbench -N -c1 {statistics.median(tps):.0f} tps -> weft at {100 * share:.0f}%")
+    if traced:
+        traced_rate = statistics.median([result.drive.per_second for result in traced])
+        pairs = zip(weft_rates, traced, strict=True)
+        cost = statistics.median([1 - t.drive.per_second / w for w, t in pairs])
+        traced_start = statistics.median([result.ms_per_start for result in traced])
+        parts.append(
+            f"{observed} {traced_rate:.0f} steps/s -> {100 * cost:+.1f}% overhead "
+            f"(start {traced_start:.2f} ms/run vs {start_ms:.2f})"
+        )
     print(" | ".join(parts), flush=True)
     return 0
 

@@ -15,6 +15,7 @@ from .engine.errors import (
     ActivityFailed,
     CancellationRequested,
     ChildWorkflowFailed,
+    ConcurrencyLimited,
     ConfigurationError,
     Deposed,
     DuplicateRegistration,
@@ -43,6 +44,7 @@ from .engine.errors import (
     WorkflowTerminalError,
     WorkflowTimedOut,
 )
+from .engine.flow import Concurrency, Debounce, RateLimit
 from .engine.registry import Activity, Workflow, activity, workflow
 from .engine.retry import RetryPolicy
 from .engine.schedule_firing import OverlapPolicy
@@ -56,7 +58,10 @@ __all__ = [
     "ActivityInfo",
     "CancellationRequested",
     "ChildWorkflowFailed",
+    "Concurrency",
+    "ConcurrencyLimited",
     "ConfigurationError",
+    "Debounce",
     "Deposed",
     "DuplicateRegistration",
     "InvalidDuration",
@@ -66,6 +71,7 @@ __all__ = [
     "OverlapPolicy",
     "PayloadError",
     "QueryFailed",
+    "RateLimit",
     "ResultTimeout",
     "RetryPolicy",
     "ScheduleAlreadyExists",

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
 from .engine.ports import set_payload_validator, set_starter
@@ -27,7 +29,45 @@ class WeftConfig(AppConfig):
 
         set_starter(start_workflow)
         set_payload_validator(validate_payload)
+        if weft_settings.METRICS:
+            from . import metrics
+
+            # Without prometheus_client, the system check django_weft.E027 says so.
+            with contextlib.suppress(ImproperlyConfigured):
+                metrics.enable()
+
+        if weft_settings.TRACING:
+            # Without the OpenTelemetry API, the system check django_weft.E029 says so.
+            with contextlib.suppress(ImproperlyConfigured):
+                from . import tracing
+
+                tracing.install()
 
         module = weft_settings.AUTODISCOVER_MODULE
         if module:
             autodiscover_modules(module)
+        try:
+            from . import tasks  # noqa: F401 - ctx.run takes the framework's tasks
+        except ImproperlyConfigured:
+            pass  # no task framework (Django 5.2 without the django-tasks backport)
+        else:
+            if uses_weft_tasks():
+                # A worker learns the tasks it can run by importing them.
+                autodiscover_modules("tasks")
+
+
+TASK_BACKENDS = ("django_weft.tasks.WeftTaskBackend", "django_weft.tasks.backend.WeftTaskBackend")
+"""How ``TASKS`` may name the backend."""
+
+
+def uses_weft_tasks() -> bool:
+    """Whether ``TASKS`` names :class:`~django_weft.tasks.WeftTaskBackend` (then the task
+    framework is installed, or the backend's first use says it is missing)."""
+    from django.conf import settings
+
+    configured = getattr(settings, "TASKS", None)
+    if not isinstance(configured, dict):
+        return False
+    return any(
+        isinstance(params, dict) and params.get("BACKEND") in TASK_BACKENDS for params in configured.values()
+    )

@@ -14,6 +14,8 @@ from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, weft_settings
 from .engine.errors import WeftError
+from .engine.registry import registry
+from .engine.retry import RetryPolicy
 from .extras import install_hint, missing_module
 
 
@@ -100,6 +102,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         _ = weft_settings.DEFAULT_RETRY_POLICY
     except (WeftError, TypeError) as exc:
         errors.append(_value_error("WEFT_DEFAULT_RETRY_POLICY", exc, "django_weft.E011"))
+    errors.extend(_check_rate_limits())
+    errors.extend(_check_task_backends())
     queue = getattr(settings, "WEFT_CELERY_QUEUE", None)
     if queue is not None and (not isinstance(queue, str) or not queue.strip()):
         errors.append(
@@ -112,6 +116,79 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     except Exception as exc:
         errors.append(_value_error("WEFT_DISPATCHER", exc, "django_weft.E012"))
     errors.extend(_check_database())
+    errors.extend(_check_read_database())
+    return errors
+
+
+def _check_rate_limits() -> list[Any]:
+    """``WEFT_RATE_LIMITS``: every value a rate in one of the documented forms (E024), and
+    a warning for a name no registered activity's rate limit has (a typo overrides
+    nothing; W002)."""
+    try:
+        rates = weft_settings.RATE_LIMITS
+    except WeftError as exc:
+        return [
+            Error(
+                f"WEFT_RATE_LIMITS is invalid: {exc}.",
+                hint="Write each rate as '<limit>/<period>', for example '50/s', '600/m' or '10/5s'. "
+                "See docs/reference/settings.md#weft_rate_limits",
+                id="django_weft.E024",
+            )
+        ]
+    used = registry.rate_limit_names()
+    return [
+        Warning(
+            f"WEFT_RATE_LIMITS names the rate limit {name!r}, which no registered activity uses, so it "
+            "changes nothing.",
+            hint=f"Check the spelling; the rate limits in use are: {', '.join(sorted(used)) or 'none'}.",
+            id="django_weft.W002",
+        )
+        for name in sorted(set(rates) - used)
+    ]
+
+
+TASK_BACKEND_OPTIONS = frozenset({"retry"})
+"""The keys a ``WeftTaskBackend``'s ``OPTIONS`` may have."""
+
+
+def _check_task_backends() -> list[Any]:
+    """Each ``TASKS`` entry naming ``WeftTaskBackend``: its ``OPTIONS`` keys (E025) and
+    its ``retry`` policy (E026). Checked here, not by the task framework's checks, so a
+    project sees them whatever framework it runs on."""
+    from .apps import TASK_BACKENDS
+
+    configured = getattr(settings, "TASKS", None)
+    errors: list[Any] = []
+    for alias, params in configured.items() if isinstance(configured, dict) else ():
+        if not isinstance(params, dict) or params.get("BACKEND") not in TASK_BACKENDS:
+            continue
+        options = params.get("OPTIONS") or {}
+        where = f"TASKS[{alias!r}]['OPTIONS']"
+        if not isinstance(options, dict):
+            errors.append(Error(f"{where} must be a dict; got {options!r}.", id="django_weft.E025"))
+            continue
+        unknown = sorted(set(options) - TASK_BACKEND_OPTIONS)
+        if unknown:
+            errors.append(
+                Error(
+                    f"{where} has unknown keys: {', '.join(map(repr, unknown))}.",
+                    hint=f"WeftTaskBackend takes {', '.join(sorted(TASK_BACKEND_OPTIONS))}.",
+                    id="django_weft.E025",
+                )
+            )
+        retry = options.get("retry")
+        if retry is not None:
+            try:
+                RetryPolicy.coerce(retry)
+            except (WeftError, TypeError, ValueError) as exc:
+                errors.append(
+                    Error(
+                        f"{where}['retry'] is not a retry policy: {exc}.",
+                        hint="Give a django_weft.RetryPolicy (RetryPolicy(max_attempts=3, "
+                        "initial_interval='1s')) or a dict of its fields.",
+                        id="django_weft.E026",
+                    )
+                )
     return errors
 
 
@@ -192,6 +269,75 @@ def _check_database() -> list[Any]:
     return []
 
 
+def _check_read_database() -> list[Any]:
+    """``WEFT_READ_DATABASE``: ``None``, or an alias in ``DATABASES`` (E030) of the same
+    kind of database as ``WEFT_DATABASE_ALIAS``'s (E031): the read-only pages run the
+    queries written for the primary on it."""
+    alias = getattr(settings, "WEFT_READ_DATABASE", None)
+    if alias is None:
+        return []
+    hint = (
+        "Name the alias of a replica of the database in WEFT_DATABASE_ALIAS, or set None to read "
+        "from WEFT_DATABASE_ALIAS. See docs/reference/settings.md#weft_read_database"
+    )
+    if not isinstance(alias, str):
+        return [
+            Error(
+                f"WEFT_READ_DATABASE must be the alias of a database in DATABASES, or None; got {alias!r}.",
+                hint=hint,
+                id="django_weft.E030",
+            )
+        ]
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"WEFT_READ_DATABASE is {alias!r}, which is not in DATABASES "
+                f"(its aliases: {', '.join(settings.DATABASES)}).",
+                hint=hint,
+                id="django_weft.E030",
+            )
+        ]
+    primary = weft_settings.DATABASE_ALIAS
+    if alias == primary or primary not in settings.DATABASES:
+        return []  # the primary's own problems are E013 and after
+    try:
+        kinds = connections[alias].vendor, connections[primary].vendor
+    except ImproperlyConfigured as exc:
+        return [
+            Error(
+                f"WEFT_READ_DATABASE is {alias!r}, whose backend Django cannot load: {exc}",
+                id="django_weft.E031",
+            )
+        ]
+    if kinds[0] != kinds[1]:
+        return [
+            Error(
+                f"WEFT_READ_DATABASE is {alias!r}, a {kinds[0]} database, and WEFT_DATABASE_ALIAS "
+                f"{primary!r} is {kinds[1]}: the read database must be a replica of the primary.",
+                hint=hint,
+                id="django_weft.E031",
+            )
+        ]
+    return []
+
+
+@register(Tags.compatibility)
+def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """``WEFT_TRACING`` is on and the OpenTelemetry API cannot be imported."""
+    if not weft_settings.TRACING:
+        return []
+    missing = missing_module("opentelemetry.trace")
+    if missing is None:
+        return []
+    return [
+        Error(
+            f"WEFT_TRACING is on, and the OpenTelemetry API cannot be imported ({missing[1]}).",
+            hint=f"Install the 'otel' extra: {install_hint('otel')}, or set WEFT_TRACING = False.",
+            id="django_weft.E029",
+        )
+    ]
+
+
 def _psycopg_missing(alias: str, django_says: str) -> list[Any]:
     """django_weft sends its step writes through psycopg 3 on PostgreSQL (psycopg2 alone
     serves Django, not those)."""
@@ -222,6 +368,33 @@ API_PAGE_APPS = {
         "its Swagger UI and Redoc pages load no script (their static files are that app's)",
     ),
 }
+
+
+@register(Tags.compatibility)
+def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """``WEFT_METRICS`` on without ``prometheus_client`` (E027), or an interval that is not
+    a positive duration (E028)."""
+    errors: list[Any] = []
+    try:
+        interval = weft_settings.METRICS_SAMPLE_INTERVAL
+    except WeftError as exc:
+        errors.append(_value_error("WEFT_METRICS_SAMPLE_INTERVAL", exc, "django_weft.E028"))
+    else:
+        if interval <= 0:
+            errors.append(Error("WEFT_METRICS_SAMPLE_INTERVAL must be positive.", id="django_weft.E028"))
+    if weft_settings.METRICS:
+        missing = missing_module("prometheus_client")
+        if missing is not None:
+            errors.append(
+                Error(
+                    f"WEFT_METRICS is on, and prometheus_client cannot be imported ({missing[1]}): "
+                    "no metric is recorded.",
+                    hint=f"Install the 'prometheus' extra: {install_hint('prometheus')}, "
+                    "or set WEFT_METRICS = False.",
+                    id="django_weft.E027",
+                )
+            )
+    return errors
 
 
 @register(Tags.urls)

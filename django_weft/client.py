@@ -1,4 +1,14 @@
-"""The Python client: start workflows and talk to their runs through handles."""
+"""The Python client: start workflows and talk to their runs through handles.
+
+Every call on runs has an ``a``-prefixed twin to ``await`` in async code (an ASGI view,
+a consumer): ``astart``, ``handle.asignal``, ``handle.aresult``... A twin that reads or
+writes once runs the call on the caller's sync thread (asgiref's ``sync_to_async`` with
+``thread_sensitive=True``, as Django's own async ORM calls run) and gives the
+connection back when it returns (closed unless ``CONN_MAX_AGE`` keeps it). A twin that
+waits (``aresult``, ``aupdate``, ``aupdate_result``) looks at the database with one
+short read now and then, on a thread all awaited waits of the process share, and holds
+no thread and no connection between looks (:mod:`django_weft.runtime.awaiting`).
+"""
 
 from __future__ import annotations
 
@@ -113,6 +123,55 @@ class WorkflowHandle:
         seconds = parse_duration(timeout, what="timeout") if timeout is not None else None
         return runtime.result_of(self.run_id, seconds)
 
+    # -- async twins -------------------------------------------------------------------
+
+    async def astatus(self) -> str:
+        """:meth:`status`, awaited."""
+        return await runtime.once(self.status)()
+
+    async def aread(self) -> runtime.RunRecord:
+        """:meth:`read`, awaited."""
+        return await runtime.once(self.read)()
+
+    async def adescribe(self) -> dict[str, Any]:
+        """:meth:`describe`, awaited."""
+        return await runtime.once(self.describe)()
+
+    async def asignal(
+        self, name: str, payload: Any = None, *, signal_id: str | None = None
+    ) -> runtime.SignalAccepted:
+        """:meth:`signal`, awaited: durable when the await returns."""
+        return await runtime.once(self.signal)(name, payload, signal_id=signal_id)
+
+    async def aquery(self, name: str, *args: Any) -> Any:
+        """:meth:`query`, awaited (the read-only replay runs on the caller's sync thread)."""
+        return await runtime.once(self.query)(name, *args)
+
+    async def aupdate(
+        self, name: str, payload: Any = None, *, update_id: str | None = None, wait: Duration = 10
+    ) -> Any:
+        """:meth:`update`, awaited. The update is validated and stored by one call; the
+        wait for the handler's outcome holds no thread and no database connection between
+        its looks. ``UpdateTimeout`` after ``wait`` seconds carries the ``update_id``."""
+        return await runtime.aupdate(self.run_id, name, payload, update_id=update_id, wait=wait)
+
+    async def aupdate_result(self, update_id: str, *, wait: Duration = 0) -> Any:
+        """:meth:`update_result`, awaited (waits as :meth:`aupdate` does)."""
+        return await runtime.aupdate_result(self.run_id, update_id, wait=wait)
+
+    async def acancel(self, reason: str | None = None, *, mode: str = "terminate") -> str:
+        """:meth:`cancel`, awaited."""
+        return await runtime.once(self.cancel)(reason, mode=mode)
+
+    async def aresult(self, timeout: Duration | None = None) -> Any:
+        """:meth:`result`, awaited: the same outcomes and errors (``ResultTimeout`` after
+        ``timeout``). Each look at the run is one short read on the thread the process's
+        awaited waits share; between looks (10 ms growing to 250 ms apart) the wait holds
+        no thread and no database connection, so many concurrent waits cost one
+        connection. Cancelling the awaiting task stops the wait and leaves nothing behind."""
+        seconds = parse_duration(timeout, what="timeout") if timeout is not None else None
+        return await runtime.aresult_of(self.run_id, seconds)
+
 
 def start(
     workflow: str | Any,
@@ -125,13 +184,16 @@ def start(
     start_delay: Duration | None = None,
     search_attributes: dict[str, Any] | None = None,
     related_object: Any = None,
+    priority: int = 0,
 ) -> WorkflowHandle:
     """Start a run of ``workflow`` (a registered name or a ``@workflow`` object).
 
     The run is left unowned and runnable; a worker claims it. See
-    :func:`django_weft.runtime.start` for ``on_conflict``. ``related_object`` (a saved
-    model instance, such as the order the run is for) is kept with the run: its admin
-    page links to the object's.
+    :func:`django_weft.runtime.start` for ``on_conflict`` and for workflows with a
+    concurrency limit. ``related_object`` (a saved model instance, such as the order the
+    run is for) is kept with the run: its admin page links to the object's.
+    ``priority`` (-100..100, higher first, 0 by default) orders it among the runs
+    waiting for a worker or a concurrency slot.
     """
     name = workflow if isinstance(workflow, str) else getattr(workflow, "name", workflow)
     options = runtime.StartOptions(
@@ -141,6 +203,7 @@ def start(
         start_delay=start_delay,
         search_attributes=search_attributes,
         related_object=related_object,
+        priority=priority,
     )
     started = runtime.start_with(name, args, kwargs, options)
     return WorkflowHandle(started.run_id, started.workflow_id)
@@ -182,6 +245,66 @@ def get_handle(ref: str | uuid.UUID) -> WorkflowHandle:
     """
     run = runtime.get_run(ref)
     return WorkflowHandle(str(run.pk), run.workflow_id)
+
+
+async def astart(
+    workflow: str | Any,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str | None = None,
+    on_conflict: str = "use_existing",
+    execution_timeout: Duration | None = None,
+    start_delay: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+    related_object: Any = None,
+    priority: int = 0,
+) -> WorkflowHandle:
+    """:func:`start`, awaited: the run is stored (and its doorbell rung) by one call on
+    the caller's sync thread. Not inside a transaction: Django's async code has none."""
+    return await runtime.once(start)(
+        workflow,
+        args,
+        kwargs,
+        id=id,
+        on_conflict=on_conflict,
+        execution_timeout=execution_timeout,
+        start_delay=start_delay,
+        search_attributes=search_attributes,
+        related_object=related_object,
+        priority=priority,
+    )
+
+
+async def asignal_with_start(
+    workflow: str | Any,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    id: str,
+    signal: str,
+    payload: Any = None,
+    signal_id: str | None = None,
+    execution_timeout: Duration | None = None,
+    search_attributes: dict[str, Any] | None = None,
+) -> WorkflowHandle:
+    """:func:`signal_with_start`, awaited."""
+    return await runtime.once(signal_with_start)(
+        workflow,
+        args,
+        kwargs,
+        id=id,
+        signal=signal,
+        payload=payload,
+        signal_id=signal_id,
+        execution_timeout=execution_timeout,
+        search_attributes=search_attributes,
+    )
+
+
+async def aget_handle(ref: str | uuid.UUID) -> WorkflowHandle:
+    """:func:`get_handle`, awaited. Raises ``WorkflowNotFound``."""
+    return await runtime.once(get_handle)(ref)
 
 
 # -- schedules ---------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The ``WEFT_*`` settings, with their defaults, read live from ``django.conf.settings``.
 
-Reading is live so ``override_settings`` works; ``docs/reference/settings.md`` documents
+Reading is live so ``override_settings`` works: a value read once is kept until Django
+puts other settings in place (``override_settings`` and pytest-django's ``settings``
+fixture do) or says a setting changed (``setting_changed``). ``docs/reference/settings.md`` documents
 each setting.
 """
 
@@ -10,9 +12,11 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 from .engine.durations import parse_duration
 from .engine.executor import EngineConfig
+from .engine.flow import Rate, parse_rate_limits
 from .engine.records import RunStatus
 from .engine.retention import DEFAULT_RETENTION, parse_retention
 from .engine.retry import RetryPolicy
@@ -33,18 +37,46 @@ DEFAULTS: dict[str, Any] = {
     "WEFT_API_MAX_WAIT": 30.0,
     "WEFT_API_MAX_BODY_BYTES": None,  # None: WEFT_MAX_PAYLOAD_BYTES plus 64 KiB of envelope
     "WEFT_DATABASE_ALIAS": "default",
+    "WEFT_READ_DATABASE": None,  # None: WEFT_DATABASE_ALIAS
     "WEFT_RETENTION": DEFAULT_RETENTION,
     "WEFT_DEFAULT_RETRY_POLICY": None,
     "WEFT_RETRY_INLINE_MAX_DELAY": 2.0,
     "WEFT_PREPARE_STATEMENTS": True,
+    "WEFT_RATE_LIMITS": {},
+    "WEFT_NOTIFY": True,
+    "WEFT_TRACING": False,
+    "WEFT_METRICS": False,
+    "WEFT_METRICS_SAMPLE_INTERVAL": 15.0,
 }
+
+
+_read: dict[str, tuple[Any, Any]] = {}
+"""The settings read so far: by name, the settings object it was read from and the value.
+A setting that is not set costs Django's settings an ``AttributeError`` on every look-up,
+and the store looks some up for every step."""
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("WEFT_"):
+        _read.clear()
+
+
+setting_changed.connect(_forget, dispatch_uid="django_weft.conf.forget")
 
 
 class WeftSettings:
     """Typed, live access to the ``WEFT_*`` settings."""
 
     def _get(self, name: str) -> Any:
-        return getattr(django_settings, name, DEFAULTS[name])
+        # override_settings (and pytest-django's settings fixture, even to delete one)
+        # puts a new settings object in place: what was read from another one is stale.
+        holder = getattr(django_settings, "_wrapped", None)
+        found = _read.get(name)
+        if found is not None and found[0] is holder:
+            return found[1]
+        value = getattr(django_settings, name, DEFAULTS[name])
+        _read[name] = (holder, value)
+        return value
 
     @property
     def AUTODISCOVER_MODULE(self) -> str | None:
@@ -70,6 +102,14 @@ class WeftSettings:
         return parse_duration(self._get("WEFT_TICK_INTERVAL"), what="WEFT_TICK_INTERVAL")
 
     @property
+    def METRICS(self) -> bool:
+        return bool(self._get("WEFT_METRICS"))
+
+    @property
+    def METRICS_SAMPLE_INTERVAL(self) -> float:
+        return parse_duration(self._get("WEFT_METRICS_SAMPLE_INTERVAL"), what="WEFT_METRICS_SAMPLE_INTERVAL")
+
+    @property
     def TICK_BATCH(self) -> int:
         return int(self._get("WEFT_TICK_BATCH"))
 
@@ -85,6 +125,14 @@ class WeftSettings:
         if apps.is_installed("django_weft.contrib.celery"):
             return "django_weft.contrib.celery.dispatch.CeleryDispatcher"
         return "django_weft.runtime.dispatch.SweepOnlyDispatcher"
+
+    @property
+    def NOTIFY(self) -> bool:
+        return bool(self._get("WEFT_NOTIFY"))
+
+    @property
+    def TRACING(self) -> bool:
+        return bool(self._get("WEFT_TRACING"))
 
     @property
     def CELERY_QUEUE(self) -> str | None:
@@ -119,6 +167,13 @@ class WeftSettings:
         return self._get("WEFT_DATABASE_ALIAS")
 
     @property
+    def READ_DATABASE(self) -> str:
+        """The alias the read-only pages read from: ``WEFT_READ_DATABASE``, else
+        ``WEFT_DATABASE_ALIAS`` (docs/explanation/scaling.md, "Read replicas")."""
+        value = self._get("WEFT_READ_DATABASE")
+        return self.DATABASE_ALIAS if value is None else value
+
+    @property
     def RETENTION(self) -> dict[RunStatus, float | None]:
         """Seconds a terminal run of each status is kept (``None``: forever)."""
         return parse_retention(self._get("WEFT_RETENTION"))
@@ -135,6 +190,11 @@ class WeftSettings:
     def PREPARE_STATEMENTS(self) -> bool:
         return bool(self._get("WEFT_PREPARE_STATEMENTS"))
 
+    @property
+    def RATE_LIMITS(self) -> dict[str, Rate]:
+        """The rates that override rate limits' own, by name (``{"stripe": "50/s"}``)."""
+        return parse_rate_limits(self._get("WEFT_RATE_LIMITS"))
+
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
             lease_ttl=self.LEASE_TTL,
@@ -142,6 +202,7 @@ class WeftSettings:
             default_retry=self.DEFAULT_RETRY_POLICY,
             inline_retry_max_delay=self.RETRY_INLINE_MAX_DELAY,
             redispatch_after=self.REDISPATCH_AFTER,
+            rate_limits=self.RATE_LIMITS,
         )
 
 

@@ -38,7 +38,18 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # A server span per request, as an HTTP instrumentation would make (a no-op until a
+    # test installs an SDK): the parent of the runs a request starts.
+    "tests.support.tracing.RequestSpanMiddleware",
 ]
+
+# A worker process of a tracing test (tests/integration/test_tracing_processes.py): its
+# spans go to the test's file, and the tracing observer is on.
+if os.environ.get("WEFT_TEST_SPAN_FILE"):
+    from tests.support.tracing import export_to_file
+
+    export_to_file(os.environ["WEFT_TEST_SPAN_FILE"])
+    WEFT_TRACING = True
 ROOT_URLCONF = "tests.urls"
 TEMPLATES = [
     {
@@ -91,15 +102,42 @@ else:
                 )
             ),
             "CONN_HEALTH_CHECKS": os.environ.get("WEFT_TEST_CONN_HEALTH_CHECKS") == "1",
+            # A process test counts the connections of the process it started by this name.
+            "OPTIONS": {"application_name": os.environ.get("WEFT_TEST_PG_APPLICATION_NAME", "")},
         }
     }
 
+# A second alias on the same database, as a read replica would be: under the test runner
+# it mirrors the default test database (no database of its own, no migrations). Only the
+# tests of WEFT_READ_DATABASE name it; the rest of the suite never reads it.
+DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Django's task framework: django.tasks on Django 6, the django-tasks backport on 5.2.
+try:
+    import django.tasks  # noqa: F401
+
+    _IMMEDIATE = "django.tasks.backends.immediate.ImmediateBackend"
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+    _IMMEDIATE = "django_tasks.backends.immediate.ImmediateBackend"
+TASKS = {
+    "default": {"BACKEND": "django_weft.tasks.WeftTaskBackend", "QUEUES": ["default", "emails"]},
+    "retrying": {
+        "BACKEND": "django_weft.tasks.WeftTaskBackend",
+        "OPTIONS": {"retry": {"max_attempts": 3, "initial_interval": 0.01}},
+    },
+    "immediate": {"BACKEND": _IMMEDIATE},
+}
 
 # Short leases so takeover tests finish quickly; the TTL >= 3 x renew rule still holds.
 WEFT_LEASE_TTL = 3
 WEFT_LEASE_RENEW_INTERVAL = 0.5
 WEFT_TAKEOVER_GRACE = 0.5
+# Child worker processes of the metrics tests record Prometheus metrics.
+WEFT_METRICS = os.environ.get("WEFT_TEST_METRICS") == "1"
+WEFT_METRICS_SAMPLE_INTERVAL = float(os.environ.get("WEFT_TEST_METRICS_SAMPLE_INTERVAL", "15"))
 WEFT_TICK_INTERVAL = float(os.environ.get("WEFT_TEST_TICK_INTERVAL", "0.2"))
 WEFT_REDISPATCH_AFTER = float(os.environ.get("WEFT_TEST_REDISPATCH_AFTER", "1"))
 

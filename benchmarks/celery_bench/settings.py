@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from benchmarks.common import database_settings
+
 SECRET_KEY = "benchmark-only"
 DEBUG = False
 USE_TZ = True
@@ -15,17 +17,7 @@ INSTALLED_APPS = [
     "django_weft.contrib.celery",
     "benchmarks.celery_bench",
 ]
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": os.environ.get("WEFT_BENCH_DB", "weft_celery_bench"),
-        "USER": os.environ.get("PGUSER", "postgres"),
-        "PASSWORD": os.environ.get("PGPASSWORD", ""),
-        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
-        "PORT": os.environ.get("PGPORT", "5432"),
-        "CONN_MAX_AGE": None,
-    }
-}
+DATABASES = {"default": database_settings(os.environ.get("WEFT_BENCH_DB", "weft_celery_bench"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING_CONFIG = None
 

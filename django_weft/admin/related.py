@@ -13,7 +13,9 @@ workflow id (``order-42``) or a search attribute (``order_id=42``).
         workflow_runs = related_runs(workflow_id="order-{pk}")
 
 Both keys are indexed: a workflow id is an equality on ``(workflow_id, created_at)``, a
-search attribute a JSON containment on the GIN index (PostgreSQL). Reads only.
+search attribute a JSON containment on the GIN index (PostgreSQL). Reads only, from
+``WEFT_READ_DATABASE`` (the field only shows runs: a run started a moment ago may not be
+listed yet when the replica lags).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from django.templatetags.static import static
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..conf import weft_settings
+from .. import runtime
 from ..engine.search_attributes import NAME_RULE, is_attribute_name
 from ..models import WorkflowRun
 from .common.display import moment, status_badge
@@ -94,7 +96,7 @@ class RelatedRuns:
 
     def runs(self, obj: Model) -> QuerySet[WorkflowRun]:
         """``obj``'s runs, newest first (all of them: slice it)."""
-        runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        runs = runtime.run_queryset(may_lag=True)
         if self.search_attribute is not None:
             found = runs.search(**{self.search_attribute: self.attribute_value(obj)})
         else:

@@ -8,7 +8,6 @@ the database away or busy is a 503 with ``Retry-After`` (``unavailable``), not a
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -19,6 +18,7 @@ from rest_framework.response import Response
 
 from ..engine.errors import (
     BulkJobNotFound,
+    ConcurrencyLimited,
     InvalidInput,
     InvalidTransition,
     QueryFailed,
@@ -38,10 +38,11 @@ from ..engine.errors import (
     WorkflowTerminalError,
     WorkflowTimedOut,
 )
+from ..engine.run_logging import get_logger
 from ..runtime.outages import MESSAGE as UNAVAILABLE_MESSAGE
 from ..runtime.outages import RETRY_AFTER, database_unavailable
 
-logger = logging.getLogger("django_weft.api")
+logger = get_logger("django_weft.api")
 
 UNAVAILABLE = "unavailable"
 """The code of a 503: the database is away or busy (``Retry-After`` says when to retry)."""
@@ -88,6 +89,7 @@ _WEFT_ERRORS: list[tuple[type[WeftError], int, str]] = [
     (ScheduleNotFound, 404, "not_found"),
     (BulkJobNotFound, 404, "not_found"),
     (WorkflowAlreadyExists, 409, "already_exists"),
+    (ConcurrencyLimited, 409, "concurrency_limited"),
     (ScheduleAlreadyExists, 409, "already_exists"),
     (ScheduleManaged, 409, "conflict"),
     (WorkflowTerminalError, 409, "conflict"),
@@ -130,6 +132,14 @@ def weft_error_details(exc: WeftError) -> dict[str, Any]:
         return {"reason": getattr(exc, "reason", None)}
     if isinstance(exc, ScheduleManaged):
         return {"schedule_id": exc.schedule_id, "declared": list(exc.declared)}
+    if isinstance(exc, ConcurrencyLimited):
+        run_id = getattr(exc, "run_id", None)
+        return {
+            "workflow": getattr(exc, "workflow", None),
+            "key": getattr(exc, "key", None),
+            "limit": getattr(exc, "limit", None),
+            "run_id": str(run_id) if run_id is not None else None,
+        }
     field = getattr(exc, "field", None)
     if isinstance(exc, InvalidInput) and isinstance(field, str):
         return {"fields": {field: [exc.message]}}

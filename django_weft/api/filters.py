@@ -7,19 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django import forms
 from django.http import QueryDict
 from django_filters.fields import IsoDateTimeField
 from rest_framework import exceptions
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
+from .. import runtime
 from ..conf import weft_settings
 from ..engine.errors import InvalidInput
 from ..engine.records import RunStatus
 from ..models import Schedule, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
-from ..runtime.run_sources import InUTC, run_filter
+from ..runtime.run_sources import InUTC, StrictBooleanField, run_filter
 
 SEARCH_PREFIX = "search."
 
@@ -31,6 +31,10 @@ class UTCIsoDateTimeField(InUTC, IsoDateTimeField):
 
 class UTCIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UTCIsoDateTimeField
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictBooleanField
 
 
 class RunFilter(django_filters.FilterSet):
@@ -48,28 +52,44 @@ class RunFilter(django_filters.FilterSet):
     created_before = UTCIsoDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
     )
+    concurrency_key = django_filters.CharFilter(
+        help_text="Runs counted under this concurrency key (exact), whatever their status."
+    )
+    kind = django_filters.ChoiceFilter(
+        choices=[("task", "task"), ("workflow", "workflow")],
+        method="filter_kind",
+        help_text="Tasks of Django's task framework (run by WeftTaskBackend; their workflow is the "
+        "task's module path) or workflows.",
+    )
+    queued = StrictBooleanFilter(
+        method="filter_queued",
+        help_text="Runs queued for a concurrency slot (true: pending, waiting for a slot) or all "
+        "the others (false).",
+    )
 
     class Meta:
         model = WorkflowRun
-        fields = ("status", "workflow", "workflow_id", "parent", "created_after", "created_before")
+        fields = (
+            "status",
+            "workflow",
+            "workflow_id",
+            "parent",
+            "created_after",
+            "created_before",
+            "concurrency_key",
+            "kind",
+            "queued",
+        )
 
+    def filter_kind(self, queryset: WorkflowRunQuerySet, name: str, value: str | None) -> WorkflowRunQuerySet:
+        return queryset.of_kind(value) if value else queryset
 
-class StrictBooleanField(forms.Field):
-    """``true``/``false`` (or ``1``/``0``); anything else is an error, not "no filter"."""
-
-    def to_python(self, value: Any) -> bool | None:
-        if value in (None, ""):
-            return None
-        lowered = str(value).lower()
-        if lowered in ("true", "1"):
-            return True
-        if lowered in ("false", "0"):
-            return False
-        raise forms.ValidationError("Give true or false.")
-
-
-class StrictBooleanFilter(django_filters.BooleanFilter):
-    field_class = StrictBooleanField
+    def filter_queued(
+        self, queryset: WorkflowRunQuerySet, name: str, value: bool | None
+    ) -> WorkflowRunQuerySet:
+        if value is None:
+            return queryset
+        return queryset.queued_for_slot() if value else queryset.not_queued_for_slot()
 
 
 class ScheduleFilter(django_filters.FilterSet):
@@ -92,9 +112,11 @@ class SearchAttributeFilter(BaseFilterBackend):
         return filter_by_search_attributes(queryset, request.query_params)
 
 
-def visible_runs(request: Request) -> WorkflowRunQuerySet:
-    """The runs this request may see at all: ``WEFT_API_RUN_FILTER`` applied."""
-    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).all()
+def visible_runs(request: Request, *, may_lag: bool = False) -> WorkflowRunQuerySet:
+    """The runs this request may see at all: ``WEFT_API_RUN_FILTER`` applied. On the
+    primary database, or with ``may_lag`` (a route that only shows runs) on
+    ``WEFT_READ_DATABASE``."""
+    runs = runtime.run_queryset(may_lag=may_lag)
     path = weft_settings.API_RUN_FILTER
     if path is None:
         return runs

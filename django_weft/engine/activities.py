@@ -9,16 +9,22 @@ replay them, retry them, queue them.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import inspect
+import logging
 import traceback
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Collection, Coroutine, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from . import activity_overrides, clock, codec, faults
+from . import activity_overrides, clock, codec, faults, observe, run_logging
+from .error_types import ErrorType
 from .errors import ActivityFailed, CancellationRequested, PayloadError
+from .flow import Hold, HoldKind, Rate, activity_flow_keys, reservation_stands
 from .records import (
     TERMINAL_STATUSES,
     CancelRequest,
@@ -33,11 +39,15 @@ from .records import (
 )
 from .registry import Activity
 from .retry import RetryPolicy
+from .run_logging import get_logger
 
 if TYPE_CHECKING:
     from .context import WorkflowContext
+    from .ports import TurnStore
 
 T = TypeVar("T")
+
+logger = get_logger("django_weft.engine")
 
 MAX_REDISPATCH_DELAY = 600.0
 """The longest a queued attempt waits in its queue before it is sent again (seconds)."""
@@ -83,6 +93,21 @@ class ActivityInfo:
     seq: int
     attempt: int
     _probe: CancelProbe = field(default_factory=CancelProbe, compare=False, repr=False)
+    worker: str = ""
+    """The id of the worker (engine) running this attempt: ``"<host>:<pid>:<n>"``."""
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        """The ``extra`` of this attempt's log records (:mod:`~django_weft.engine.run_logging`)."""
+        return {"run_id": self.run_id, "workflow_id": self.workflow_id, "workflow": self.workflow_name,
+                "seq": self.seq, "attempt": self.attempt}  # fmt: skip
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger for the activity's code (``django_weft.activity.<name>``) whose records
+        carry :attr:`log_fields` in ``extra``: ``logger = activity_info().logger``."""
+        return run_logging.FieldsLogger(logging.getLogger(f"django_weft.activity.{self.activity_name}"),
+                                        self.log_fields)  # fmt: skip
 
     @property
     def idempotency_key(self) -> str:
@@ -102,14 +127,63 @@ class ActivityInfo:
         """Check now (one database read) whether this activity should stop, and raise
         :class:`CancellationRequested` if so (see :attr:`cancel_requested`); return
         otherwise. Call it between chunks of a long activity. Let the exception propagate
-        to stop: the attempt fails and is not retried."""
-        why = self._probe.refresh()
+        to stop: the attempt fails and is not retried.
+
+        In an ``async def`` activity, prefer ``await`` :meth:`aheartbeat`; this one works
+        there too, blocking the activity's event loop for the read."""
+        if _loop_running():
+            # Django refuses a blocking query from a thread running an event loop.
+            self._stop_if(_heartbeat_reads.submit(self._probe.refresh).result())
+        else:
+            self._stop_if(self._probe.refresh())
+
+    async def aheartbeat(self) -> None:
+        """:meth:`heartbeat` for an ``async def`` activity: the read runs on a thread of
+        its own (one per process, shared by every async activity's heartbeats) while the
+        activity's event loop goes on."""
+        why = await asyncio.get_running_loop().run_in_executor(_heartbeat_reads, self._probe.refresh)
+        self._stop_if(why)
+
+    def _stop_if(self, why: str | None) -> None:
         if why is not None:
             raise CancellationRequested(
                 f"activity {self.activity_name} (run {self.run_id}, position {self.seq}) should stop: {why}",
                 reason=why,
                 requested_at=None,
             )
+
+
+_heartbeat_reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-heartbeat")
+"""Where the heartbeats of async activities read: one thread, so one database connection
+per process, whatever the number of async activities running."""
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def run_to_completion(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run an ``async def`` activity's coroutine to its end on an event loop of its own,
+    and return its value (or raise its exception).
+
+    ``asyncio.run`` in this thread: the attempt runs in the thread executing it, as a
+    sync activity does, and its loop is new and closed with it, so a task the activity
+    left running is cancelled when the attempt ends instead of outliving it on another
+    loop. When this thread already runs a loop (sync code called from async code: an
+    async test, a runtime call made in an event loop), ``asyncio.run`` cannot start one
+    here, so the coroutine runs on a new loop in a thread of its own, in a copy of this
+    context (``activity_info()`` included), while this thread waits for it. asgiref's
+    ``async_to_sync`` is not used: it refuses that case too, it would run the coroutine
+    on an outer loop when there is one, and the engine imports nothing Django brings."""
+    if not _loop_running():
+        return asyncio.run(coroutine)
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-async-activity") as own_loop:
+        return own_loop.submit(context.run, asyncio.run, coroutine).result()
 
 
 _current_activity: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
@@ -158,6 +232,75 @@ class Attempt:
         return cls(error=describe_exception(exc), retryable=is_retryable(policy, exc))
 
 
+@dataclass(frozen=True)
+class AttemptFlow:
+    """What flow control needs to let an attempt of an activity go: its keys and rate, or
+    ``refusal``, the failed attempt of an activity whose keys could not be computed from
+    its arguments (the same every time: it is not retried)."""
+
+    rate_key: str = ""
+    slot_key: str = ""
+    rate: Rate | None = None
+    refusal: Attempt | None = None
+
+    @classmethod
+    def of(
+        cls, act: Activity[..., Any], args: Any, kwargs: dict[str, Any], overrides: Any
+    ) -> AttemptFlow | None:
+        """``None`` for an activity without flow control. ``overrides``: ``WEFT_RATE_LIMITS``."""
+        if not act.flow_controlled:
+            return None
+        try:
+            rate_key, slot_key = activity_flow_keys(act.name, act.rate_limit, act.concurrency, args, kwargs)
+        except Exception as exc:
+            return cls(refusal=Attempt(error=describe_exception(exc), retryable=False))
+        rate = act.rate_limit.rate(overrides) if act.rate_limit is not None else None
+        return cls(rate_key=rate_key, slot_key=slot_key, rate=rate)
+
+
+def admit_attempt(
+    store: TurnStore,
+    act: Activity[..., Any],
+    flow: AttemptFlow,
+    run_id: str,
+    seq: int,
+    *,
+    ttl: float,
+    reserved: datetime | None,
+    now: Callable[[], datetime],
+) -> tuple[Hold | None, bool]:
+    """Flow control's decision on an attempt about to start, inline or queued: ``(hold,
+    holds_slot)``. ``hold`` is ``None`` when the attempt may start now; ``holds_slot``
+    says it took a concurrency slot, which its caller gives back when it ends, or at
+    once when it is held.
+
+    A slot is taken first: none free, the attempt is queued for one (a freed slot is
+    handed on to it and wakes it; ``until`` is when it looks again regardless). Then its
+    rate limit moment: the one it was given (``reserved``) if it is not too late for it
+    (:func:`~.flow.reservation_stands`), else a new one, which may be still to come."""
+    limit = act.concurrency
+    slot = False
+    if limit is not None:
+        taken = store.take_activity_slot(act.name, flow.slot_key, limit.limit, run_id, seq, ttl)
+        if not taken.held:
+            until = now() + timedelta(seconds=ttl)
+            return Hold(HoldKind.CONCURRENCY, act.name, until, key=flow.slot_key, limit=limit.limit,
+                        in_use=taken.in_use, reserved=reserved), False  # fmt: skip
+        slot = True
+    if act.rate_limit is None or flow.rate is None:
+        return None, slot
+    if reserved is not None:
+        if reservation_stands(reserved, now(), flow.rate):
+            return None, slot
+        logger.info("run %s: activity %s (position %s) came too late for its rate limit moment %s; it takes "
+                    "a new one", run_id, act.name, seq, reserved.isoformat())  # fmt: skip
+    moment = store.take_rate_limit(act.rate_limit.name, flow.rate_key, flow.rate)
+    if moment is None:
+        return None, slot
+    return Hold(HoldKind.RATE_LIMIT, act.name, moment, key=flow.rate_key, name=act.rate_limit.name,
+                reserved=moment), slot  # fmt: skip
+
+
 def call_activity(
     act: Activity[..., Any],
     info: ActivityInfo,
@@ -172,19 +315,49 @@ def call_activity(
     An exception of the activity (or a result that is not JSON) does not propagate: it is
     the returned attempt's error. ``within`` wraps the call and the encoding of its result
     (a savepoint for an atomic activity's writes): a failure leaves it by the exception,
-    so what it wrote rolls back while the failure is still reported."""
+    so what it wrote rolls back while the failure is still reported. An ``async def``
+    activity (or override) is run to its end here (:func:`run_to_completion`)."""
     token = _current_activity.set(info)
     try:
         with within() if within is not None else nullcontext():
             body = activity_overrides.body_of(act)
-            value, result_json = codec.roundtrip(
-                body(*args, **kwargs), what=f"the result of activity {act.name}"
-            )
+            value = body(*args, **kwargs)
+            if inspect.iscoroutine(value):
+                value = run_to_completion(value)
+            value, result_json = codec.roundtrip(value, what=f"the result of activity {act.name}")
         return Attempt(value=value, result_json=result_json)
     except Exception as exc:
-        return Attempt.failed(exc, policy)
+        failed = Attempt.failed(exc, policy)
+        if act.marks_attempts and info.worker and failed.error is not None:
+            failed.error["worker"] = info.worker
+        return failed
     finally:
         _current_activity.reset(token)
+
+
+MAX_LOST_ATTEMPTS = 3
+"""An activity that marks its attempts (:attr:`~django_weft.engine.registry.Activity.marks_attempts`)
+fails once this many of its attempts were lost with their worker: an attempt that takes
+its worker down each time (out of memory, a segfault) must not do so for ever."""
+
+
+def lost_attempt(recorded: StepRecord) -> dict[str, Any]:
+    """The entry of :attr:`StepRecord.failed_attempts` for the attempt ``recorded`` marked
+    as started, whose worker stopped before it ended (``"lost": true``)."""
+    worker = str((recorded.result or {}).get("worker", ""))
+    error = {
+        "type": ErrorType.WORKER_LOST,
+        "message": f"attempt {recorded.attempt} did not end: its worker {worker or '(unknown)'} stopped "
+        "or lost the run while it ran",
+        "traceback": "",
+        "worker": worker,
+    }
+    return {**failed_attempt(recorded.attempt, error, recorded.started_at, None), "lost": True}
+
+
+def lost_attempts(failed: Sequence[dict[str, Any]]) -> int:
+    """How many of the attempts in ``failed`` were lost with their worker (not failed)."""
+    return sum(1 for entry in failed if entry.get("lost"))
 
 
 def activity_failed(name: str, seq: int, error: dict[str, Any], attempt: int) -> ActivityFailed:
@@ -236,6 +409,13 @@ class ActivityCalls:
         # Retry timers of started activities nobody waits for yet; every park writes them.
         self.background_timers: list[TimerWrite] = []
         self._queued: list[ActivityHandle[Any]] = []
+        # What holds the queued activities flow control delayed, by position (in words).
+        self._held: dict[int, str] = {}
+
+    def held(self, seqs: Collection[int]) -> dict[str, str]:
+        """Why the queued activities at ``seqs`` that flow control holds wait, by position
+        (``waiting_on["held"]`` of a run parked on them)."""
+        return {str(seq): self._held[seq] for seq in sorted(seqs) if seq in self._held}
 
     def background(self, waited: set[int]) -> list[int]:
         """Queued activities started but not waited for: a failed or lost attempt of one of
@@ -250,22 +430,42 @@ class ActivityCalls:
         seq, recorded = ctx._next(StepKind.ACTIVITY, act.name)
         attempt = 1
         failed: list[dict[str, Any]] = []
+        reserved: datetime | None = None
         if recorded is not None:
             if recorded.status == StepStatus.COMPLETED:
                 return recorded.result
             if recorded.status == StepStatus.FAILED:
                 raise activity_failed(act.name, seq, recorded.error or {}, recorded.attempt)
-            # RETRYING: the previous attempt failed and the next one waits for its timer,
-            # unless the run received a cancellation request while it waited (raised here).
+            # RETRYING: the previous attempt failed and the next one waits for its timer;
+            # DELAYED: flow control holds this attempt. Either way the run may have
+            # received a cancellation request while it waited (raised here).
             ctx._messages.replay_handlers()
-            ctx._messages.deliver_cancellation(None, seq)  # a pending one: received here
-            retry_at = datetime.fromisoformat(recorded.result["retry_at"])
-            if retry_at > ctx._db_now():
-                self._park_for_retry(act, seq, retry_at, [])
-            attempt = recorded.attempt + 1
+            hold = Hold.of(recorded.result or {}, act.name) if recorded.status == StepStatus.DELAYED else None
+            try:
+                ctx._messages.deliver_cancellation(None, seq)  # a pending one: received here
+            except CancellationRequested:
+                if hold is not None and hold.kind == HoldKind.CONCURRENCY:
+                    self._release_slot(act, seq, hold.key)  # it gives its place in the queue up
+                raise
             failed = list(recorded.failed_attempts)
+            if recorded.status == StepStatus.STARTED:
+                # An attempt that marked its start and never ended: its worker stopped (or
+                # lost the run) while it ran. It is counted, and the next one runs now.
+                failed.append(lost_attempt(recorded))
+                attempt = recorded.attempt + 1
+            elif hold is not None:
+                if hold.kind == HoldKind.RATE_LIMIT and hold.until > ctx._db_now():
+                    self._park_held(act, seq, hold, [])
+                # Its rate limit moment has come (it took it when it was held), or it looks
+                # for a concurrency slot again: the same attempt goes on.
+                attempt, reserved = recorded.attempt, hold.reserved
+            else:
+                retry_at = datetime.fromisoformat(recorded.result["retry_at"])
+                if retry_at > ctx._db_now():
+                    self._park_for_retry(act, seq, retry_at, [])
+                attempt = recorded.attempt + 1
         args_json = _encode_arguments(act, args, kwargs)
-        return self._execute(act, seq, attempt, args, kwargs, args_json, failed)
+        return self._execute(act, seq, attempt, args, kwargs, args_json, failed, reserved=reserved)
 
     def start(
         self, act: Activity[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -303,15 +503,23 @@ class ActivityCalls:
         kwargs: dict[str, Any],
         args_json: str,
         failed: list[dict[str, Any]],
+        *,
+        reserved: datetime | None = None,
     ) -> Any:
         """Run attempts of an inline activity until one succeeds or it fails for good.
         ``failed`` holds the attempts that failed and were retried (from a recorded
         ``retrying`` step): every write of the step carries them and the ones failing
-        here, so an earlier attempt's error stays on the step after a later one succeeds."""
+        here, so an earlier attempt's error stays on the step after a later one succeeds.
+
+        Flow control lets each attempt go first (:meth:`_admitted`): an attempt it holds
+        parks the run without using up an attempt. ``reserved``: the rate limit moment
+        the first attempt was given when it was held."""
         ctx = self._ctx
         ctx._frontier()
         policy = act.retry or ctx._config.default_retry
         claimed, engine = ctx._claimed, ctx._engine
+        flow = AttemptFlow.of(act, args, kwargs, ctx._config.rate_limits)
+        lost = lost_attempts(failed)
 
         def activity_step(status: str, **fields: Any) -> StepWrite:
             return ctx._step(
@@ -329,60 +537,126 @@ class ActivityCalls:
             lambda: engine.store.cancellation_requested(claimed.run_id, seq),
             cancellation_seen(RunStatus.RUNNING, pending, seq),
         )
+        if lost >= MAX_LOST_ATTEMPTS:
+            # The last lost attempt is the step's own: it fails with it.
+            last = failed.pop()
+            started = last["started_at"]
+            ctx._commit(
+                activity_step(
+                    StepStatus.FAILED,
+                    error=last["error"],
+                    attempt=attempt - 1,
+                    started_at=datetime.fromisoformat(started) if started else None,
+                )
+            )
+            raise activity_failed(act.name, seq, last["error"], attempt - 1)
         while True:
             info = ActivityInfo(
-                claimed.run_id, claimed.workflow_id, claimed.workflow_name, act.name, seq, attempt, probe
+                claimed.run_id,
+                claimed.workflow_id,
+                claimed.workflow_name,
+                act.name,
+                seq,
+                attempt,
+                probe,
+                worker=engine.engine_id,
             )
-            started_at = ctx._db_now()
-            if act.atomic:
 
-                def completed(
-                    result_json: str, attempt: int = attempt, started_at: datetime = started_at
-                ) -> StepWrite:
-                    return activity_step(
-                        StepStatus.COMPLETED, result_json=result_json, attempt=attempt, started_at=started_at
-                    )
+            def held(hold: Hold, attempt: int = attempt) -> StepWrite:
+                return activity_step(
+                    StepStatus.DELAYED,
+                    result_json=codec.dumps(hold.as_result()),
+                    attempt=attempt,
+                    finished=False,
+                )
 
-                outcome = self._attempt_atomic(act, info, args, kwargs, policy, completed)
+            with observe.activity_attempt(info, queue=None, inline=True, epoch=claimed.epoch) as seen:
+                seen.outcome = observe.AttemptOutcome.HELD  # until flow control lets it go
+                with self._admitted(act, seq, flow, reserved, held) as refusal:
+                    seen.outcome = ""
+                    reserved = None
+                    started_at = ctx._db_now()
+                    if act.marks_attempts and refusal is None:
+                        ctx._commit(
+                            activity_step(
+                                StepStatus.STARTED,
+                                result_json=codec.dumps({"worker": engine.engine_id}),
+                                attempt=attempt,
+                                started_at=started_at,
+                                finished=False,
+                            )
+                        )
+                    if refusal is not None:
+                        outcome = refusal
+                    elif act.atomic:
+
+                        def completed(
+                            result_json: str, attempt: int = attempt, started_at: datetime = started_at
+                        ) -> StepWrite:
+                            return activity_step(
+                                StepStatus.COMPLETED,
+                                result_json=result_json,
+                                attempt=attempt,
+                                started_at=started_at,
+                            )
+
+                        outcome = self._attempt_atomic(act, info, args, kwargs, policy, completed)
+                        if outcome.error is None:
+                            seen.outcome = observe.AttemptOutcome.COMPLETED
+                            return outcome.value
+                    else:
+                        outcome = call_activity(act, info, args, kwargs, policy=policy)
                 if outcome.error is None:
+                    faults.hit("after_activity", run_id=claimed.run_id, seq=seq, engine=engine)
+                    ctx._enter()
+                    ctx._commit(
+                        activity_step(
+                            StepStatus.COMPLETED,
+                            result_json=outcome.result_json,
+                            attempt=attempt,
+                            started_at=started_at,
+                        )
+                    )
+                    seen.outcome = observe.AttemptOutcome.COMPLETED
                     return outcome.value
-            else:
-                outcome = call_activity(act, info, args, kwargs, policy=policy)
-            if outcome.error is None:
-                faults.hit("after_activity", run_id=claimed.run_id, seq=seq, engine=engine)
-                ctx._enter()
-                ctx._commit(
-                    activity_step(
-                        StepStatus.COMPLETED,
-                        result_json=outcome.result_json,
+                error = seen.error = outcome.error
+                if not outcome.retryable or attempt - lost >= policy.max_attempts:
+                    ctx._commit(
+                        activity_step(StepStatus.FAILED, error=error, attempt=attempt, started_at=started_at)
+                    )
+                    seen.outcome = observe.AttemptOutcome.FAILED
+                    raise activity_failed(act.name, seq, error, attempt)
+                seen.outcome = observe.AttemptOutcome.RETRIED
+                failed.append(failed_attempt(attempt, error, started_at, ctx._db_now()))
+                delay = policy.delay_after(attempt - lost)
+                if delay > ctx._config.inline_retry_max_delay:
+                    retry_at = ctx._db_now() + timedelta(seconds=delay)
+                    retrying = activity_step(
+                        StepStatus.RETRYING,
+                        result_json=codec.dumps({"retry_at": retry_at.isoformat()}),
+                        error=error,
                         attempt=attempt,
                         started_at=started_at,
+                        finished=False,
                     )
-                )
-                return outcome.value
-            error = outcome.error
-            if not outcome.retryable or attempt >= policy.max_attempts:
-                ctx._commit(
-                    activity_step(StepStatus.FAILED, error=error, attempt=attempt, started_at=started_at)
-                )
-                raise activity_failed(act.name, seq, error, attempt)
-            failed.append(failed_attempt(attempt, error, started_at, ctx._db_now()))
-            delay = policy.delay_after(attempt)
-            if delay <= ctx._config.inline_retry_max_delay:
-                clock.sleep(delay)
-                ctx._enter()  # the lease may have been lost while waiting
-                attempt += 1
-                continue
-            retry_at = ctx._db_now() + timedelta(seconds=delay)
-            retrying = activity_step(
-                StepStatus.RETRYING,
-                result_json=codec.dumps({"retry_at": retry_at.isoformat()}),
-                error=error,
-                attempt=attempt,
-                started_at=started_at,
-                finished=False,
-            )
-            self._park_for_retry(act, seq, retry_at, [retrying])
+                    self._park_for_retry(act, seq, retry_at, [retrying])
+                if act.marks_attempts:
+                    # Its start is recorded: record its failure too before the wait, or a
+                    # crash while waiting would leave it looking lost, not failed.
+                    retry_at = ctx._db_now() + timedelta(seconds=delay)
+                    ctx._commit(
+                        activity_step(
+                            StepStatus.RETRYING,
+                            result_json=codec.dumps({"retry_at": retry_at.isoformat()}),
+                            error=error,
+                            attempt=attempt,
+                            started_at=started_at,
+                            finished=False,
+                        )
+                    )
+            clock.sleep(delay)
+            ctx._enter()  # the lease may have been lost while waiting
+            attempt += 1
 
     def _attempt_atomic(
         self,
@@ -413,6 +687,95 @@ class ActivityCalls:
         except Exception as exc:  # after the body: a fault injected before the commit, the database
             return Attempt.failed(exc, policy)
         return attempts[-1]
+
+    @contextmanager
+    def _admitted(
+        self,
+        act: Activity[..., Any],
+        seq: int,
+        flow: AttemptFlow | None,
+        reserved: datetime | None,
+        held: Callable[[Hold], StepWrite],
+    ) -> Iterator[Attempt | None]:
+        """Let an inline attempt go through flow control (:func:`admit_attempt`) for the
+        duration of the block: a held attempt parks the run (``held`` records its step),
+        holding no slot meanwhile unless it waits for one. The block gets ``None``, or
+        the failed attempt to record when the keys could not be computed; the slot is
+        given back, and handed on, when it ends."""
+        if flow is None or flow.refusal is not None:
+            yield None if flow is None else flow.refusal
+            return
+        ctx = self._ctx
+        engine, run_id = ctx._engine, ctx._claimed.run_id
+        ttl = ctx._config.lease_ttl
+        # The database's clock, read now: the turn's own (the claim's, plus the time
+        # since) can be behind by a wait for the claim's lock, and lateness is measured
+        # to the millisecond.
+        hold, slot = admit_attempt(
+            engine.store, act, flow, run_id, seq, ttl=ttl, reserved=reserved, now=engine.store.db_now
+        )
+        try:
+            if hold is not None:
+                if hold.kind == HoldKind.CONCURRENCY:  # queued for a slot: it keeps its place
+                    self._park_held(act, seq, hold, [held(hold)], slot_key=flow.slot_key)
+                if slot:
+                    slot = False
+                    self._release_slot(act, seq, flow.slot_key)
+                self._park_held(act, seq, hold, [held(hold)])
+            with engine.holding_slot(run_id, seq) if slot else nullcontext():
+                yield None
+        finally:
+            if slot:
+                self._release_slot(act, seq, flow.slot_key)
+
+    def _release_slot(self, act: Activity[..., Any], seq: int, key: str) -> None:
+        """Give the attempt's slot (or its place in the queue) back and wake the attempts
+        it was handed on to. A failure is logged: the slot's lease frees it meanwhile."""
+        assert act.concurrency is not None
+        ctx = self._ctx
+        engine = ctx._engine
+        try:
+            woken = engine.store.release_activity_slot(
+                act.name, key, act.concurrency.limit, ctx._claimed.run_id, seq, ctx._config.lease_ttl
+            )
+        except Exception:
+            logger.warning("run %s: could not give back the concurrency slot of activity %s; its lease "
+                           "frees it", ctx._claimed.run_id, act.name, exc_info=True)  # fmt: skip
+            return
+        for run_id in woken:
+            engine.dispatch_turn(run_id)
+
+    def _park_held(
+        self,
+        act: Activity[..., Any],
+        seq: int,
+        hold: Hold,
+        steps: list[StepWrite],
+        *,
+        slot_key: str | None = None,
+    ) -> NoReturn:
+        """Park the run on an inline attempt flow control holds, as a durable retry does:
+        ``steps`` (its ``delayed`` step) recorded, a timer at ``hold.until``, no message
+        handled meanwhile. ``slot_key``: it is queued for a slot, which it gives up if a
+        cancellation request is received here instead."""
+        ctx = self._ctx
+
+        def record_hold() -> None:
+            for step in steps:
+                ctx._commit(step)
+
+        try:
+            ctx._messages.deliver_cancellation(record_hold, seq)
+        except CancellationRequested:
+            if slot_key is not None:
+                self._release_slot(act, seq, slot_key)
+            raise
+        ctx._park(
+            hold.waiting_on(seq),
+            steps,
+            [TimerWrite(seq, TimerKind.RETRY, hold.until)],
+            wakes_on_messages=False,
+        )
 
     def _park_for_retry(
         self, act: Activity[..., Any], seq: int, retry_at: datetime, steps: list[StepWrite]
@@ -464,6 +827,25 @@ class ActivityCalls:
                     failed=recorded.failed_attempts,
                 )
             return None
+        elif status == StepStatus.DELAYED:
+            # Flow control held the attempt on its worker: it is sent again once the hold
+            # is over (its rate limit moment, or a slot handed on to it, or a look again).
+            hold = Hold.of(recorded.result or {}, act.name)
+            if hold.until > ctx._db_now():
+                timers.append(TimerWrite(seq, TimerKind.RETRY, hold.until))
+                self._held[seq] = hold.text
+            else:
+                self._held.pop(seq, None)
+                self._schedule(
+                    act,
+                    seq,
+                    recorded.attempt,
+                    handle._args_json,
+                    dispatches=1,
+                    failed=recorded.failed_attempts,
+                    reserved=hold.reserved,
+                )
+            return None
         elif status == StepStatus.LOST and not (recorded.error or {}).get("started"):
             # The message never reached a worker: send the same attempt again.
             dispatches = int((recorded.result or {}).get("dispatches", 1)) + 1
@@ -489,18 +871,28 @@ class ActivityCalls:
         policy = act.retry or self._ctx._config.default_retry
         error = dict(recorded.error or {})
         retryable = bool(error.pop("retryable", True))
+        # An activity that marks its attempts: a started attempt lost with its worker is
+        # run again without using up an attempt (up to MAX_LOST_ATTEMPTS of them).
+        lost = act.marks_attempts and bool(error.pop("started", None)) and recorded.status == StepStatus.LOST
         error.pop("started", None)
-        if retryable and recorded.attempt < policy.max_attempts:
-            now = self._ctx._db_now()
-            retry_at = now + timedelta(seconds=policy.delay_after(recorded.attempt))
-            this = failed_attempt(recorded.attempt, error, recorded.started_at, recorded.finished_at or now)
+        now = self._ctx._db_now()
+        this = failed_attempt(recorded.attempt, error, recorded.started_at, recorded.finished_at or now)
+        if act.marks_attempts:
+            error.setdefault("worker", str((recorded.result or {}).get("worker", "")))
+            this = {**this, "error": error, **({"lost": True} if lost else {})}
+        failed = (*recorded.failed_attempts, this)
+        counted = recorded.attempt - lost_attempts(failed)
+        if lost and lost_attempts(failed) >= MAX_LOST_ATTEMPTS:
+            retryable = False
+        if retryable and counted < policy.max_attempts:
+            retry_at = now + timedelta(seconds=0 if lost else policy.delay_after(counted))
             self._rewrite(
                 handle,
                 recorded,
                 StepStatus.RETRYING,
                 {"retry_at": retry_at.isoformat()},
                 error,
-                failed=(*recorded.failed_attempts, this),
+                failed=failed,
             )
             timers.append(TimerWrite(seq, TimerKind.RETRY, retry_at))
             return None
@@ -546,13 +938,17 @@ class ActivityCalls:
         *,
         dispatches: int,
         failed: Sequence[dict[str, Any]] = (),
+        reserved: datetime | None = None,
     ) -> None:
         """Record attempt ``attempt`` as scheduled (with the deadline by which it must have
-        started) and send it to the activity's queue."""
+        started) and send it to the activity's queue. ``reserved``: the rate limit moment
+        it was given when its worker held it, which its worker lets it start on."""
         assert act.queue is not None
         ctx = self._ctx
         ctx._frontier()
-        result = {"dispatches": dispatches}
+        result: dict[str, Any] = {"dispatches": dispatches}
+        if reserved is not None:
+            result["reserved"] = reserved.isoformat()
         step = ctx._step(
             seq,
             StepKind.ACTIVITY,
@@ -569,7 +965,14 @@ class ActivityCalls:
         ctx._fence.write(ctx._engine.store.schedule_activity, step, timer)
         ctx._remember(step, result, None)
         # Only a latency hint: if this message is lost, the timer sends the attempt again.
-        ctx._engine.dispatch_activity(ctx._claimed.run_id, seq, attempt, queue=act.queue, timeout=act.timeout)
+        ctx._engine.dispatch_activity(
+            ctx._claimed.run_id,
+            seq,
+            attempt,
+            queue=act.queue,
+            timeout=act.timeout,
+            priority=ctx._claimed.priority,
+        )
 
 
 def _encode_arguments(act: Activity[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

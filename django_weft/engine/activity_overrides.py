@@ -39,7 +39,14 @@ def clear() -> None:
 
 
 def body_of(act: Activity[..., Any]) -> Callable[..., Any]:
-    """What an attempt of ``act`` calls: its override if a test set one, else its function."""
-    if not _overrides:  # the common case: one truthiness test
+    """What an attempt of ``act`` calls: its override if a test set one, else its function.
+    An activity that marks its attempts (a task's) calls its function always, which asks
+    :func:`override_of` itself: what it records around the call stays."""
+    if not _overrides or act.marks_attempts:  # the common case: one truthiness test
         return act.fn
     return _overrides.get(act.name, act.fn)
+
+
+def override_of(name: str) -> Callable[..., Any] | None:
+    """The override a test set for activity ``name``, if any."""
+    return _overrides.get(name) if _overrides else None

@@ -6,7 +6,7 @@ import hashlib
 import uuid
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import codec
+from . import codec, observe
 from .errors import ChildWorkflowFailed, ConfigurationError
 from .records import PARENT_CLOSE_POLICIES, ChildStart, StepKind, StepStatus
 
@@ -91,6 +91,8 @@ def start_child(
         args_json=codec.dumps(list(args), what=f"arguments of child workflow {name}"),
         kwargs_json=codec.dumps(kwargs, what=f"keyword arguments of child workflow {name}"),
         parent_close_policy=parent_close_policy,
+        priority=ctx._claimed.priority,
+        trace_context=observe.start_carrier(),
     )
     info = {"run_id": child.run_id, "workflow_id": child.workflow_id}
     step = ctx._step(
@@ -98,7 +100,9 @@ def start_child(
     )
     ctx._fence.write(ctx._engine.store.start_child, step, child)
     ctx._remember(step, info, None)
-    ctx._engine.dispatch_turn(child.run_id)
+    observe.run_started(run_id=child.run_id, workflow_id=child.workflow_id, workflow=child.workflow_name,
+                        priority=child.priority, carrier=child.trace_context)  # fmt: skip
+    ctx._engine.dispatch_turn(child.run_id, priority=ctx._claimed.priority)  # it takes its parent's
     return ChildHandle(ctx, name, seq, child.run_id, child.workflow_id)
 
 

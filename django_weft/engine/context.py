@@ -123,6 +123,7 @@ class WorkflowContext:
             workflow_name=claimed.workflow_name,
             attempt=claimed.attempt,
             started_at=claimed.created_at,
+            search_attributes=claimed.search_attributes,
             **schedule_info(claimed.search_attributes),
         )
         """This run: run id, workflow id, workflow name, attempt, start time (and, for a
@@ -266,6 +267,9 @@ class WorkflowContext:
         background = self._activities.background(waited)
         if background:
             waiting_on = {**waiting_on, "background": background}
+        held = self._activities.held(waited | set(background))
+        if held:
+            waiting_on = {**waiting_on, "held": held}
         keys = {(timer.seq, timer.kind) for timer in timers}
         timers = timers + [t for t in self._activities.background_timers if (t.seq, t.kind) not in keys]
         self._unwinding = Park(waiting_on, steps, timers)

@@ -74,6 +74,16 @@ class WorkflowAlreadyExists(WeftError):
     """A start with ``on_conflict="fail"`` found a run with that workflow id."""
 
 
+class ConcurrencyLimited(WeftError):
+    """A start of a workflow whose ``Concurrency(on_limit="cancel_new")`` found every slot
+    of its key taken; nothing was written. ``run_id`` names the oldest run holding one."""
+
+    workflow: str
+    key: str
+    limit: int
+    run_id: str | None
+
+
 class ScheduleNotFound(WeftError, LookupError):
     """No schedule has the given id."""
 

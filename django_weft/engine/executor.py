@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import enum
-import logging
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import codec, faults
+from . import codec, faults, observe, run_logging
 from .activities import describe_exception
 from .context import WorkflowContext
 from .error_types import ErrorType
@@ -27,13 +27,15 @@ from .errors import (
     WorkflowCancelled,
     WorkflowNotRegistered,
 )
-from .ports import Dispatcher, TurnStore
-from .records import FINALIZER_SEQ, ClaimedRun, FailureCategory, StepKind
+from .flow import Rate
+from .ports import Dispatcher, TurnStore, ring_activity, ring_turn
+from .records import FINALIZER_SEQ, ClaimedRun, FailureCategory, RunStatus, StepKind
 from .registry import Registry, registry
 from .retry import RetryPolicy
+from .run_logging import get_logger
 from .unwind import ContinueAsNew, DeposedUnwind, Park, QueryFrontier, Unwind
 
-logger = logging.getLogger("django_weft.engine")
+logger = get_logger("django_weft.engine")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class EngineConfig:
     inline_retry_max_delay: float = 2.0
     # How long a queued activity attempt may sit in its queue before it is sent again.
     redispatch_after: float = 15.0
+    # WEFT_RATE_LIMITS: the rates that override rate limits' own, by name.
+    rate_limits: Mapping[str, Rate] = field(default_factory=dict)
 
 
 class TurnOutcome(enum.StrEnum):
@@ -85,6 +89,8 @@ class Engine:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
         self._lost: set[str] = set()
+        # Activity attempts (run id, seq) holding a concurrency slot in this process.
+        self._slots: dict[tuple[str, int], int] = {}
 
     # -- ownership bookkeeping ---------------------------------------------------------
 
@@ -96,9 +102,30 @@ class Engine:
     def is_lost(self, run_id: str) -> bool:
         return run_id in self._lost
 
+    @contextmanager
+    def holding_slot(self, run_id: str, seq: int) -> Iterator[None]:
+        """While the block runs, the activity attempt at ``(run_id, seq)`` holds a
+        concurrency slot: :meth:`renew_leases` renews it with the run leases."""
+        holder = (str(run_id), seq)
+        with self._lock:
+            self._slots[holder] = self._slots.get(holder, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._slots[holder] == 1:
+                    del self._slots[holder]
+                else:
+                    self._slots[holder] -= 1
+
     def renew_leases(self) -> set[str]:
-        """Extend the leases of every held run; runs found under another epoch are deposed
-        locally (their turns stop at the next durable operation)."""
+        """Extend the leases of every held run and the concurrency slots of the activity
+        attempts running here; runs found under another epoch are deposed locally (their
+        turns stop at the next durable operation)."""
+        with self._lock:
+            slots = list(self._slots)
+        if slots:
+            self.store.renew_activity_slots(slots, self.config().lease_ttl)
         held = self.held()
         if not held:
             return set()
@@ -125,19 +152,32 @@ class Engine:
 
     # -- doorbells ----------------------------------------------------------------------
 
-    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
         """Ring the doorbell for a run; a failure (broker down) is logged, not raised: the
-        database already holds the work and the sweep sends it again."""
+        database already holds the work and the sweep sends it again. ``priority`` goes
+        to a dispatcher that orders by it (``takes_priority``)."""
         try:
-            self.dispatcher.dispatch_turn(run_id, eta=eta)
+            ring_turn(self.dispatcher, run_id, eta=eta, priority=priority)
         except Exception:
             logger.warning("run %s: could not dispatch a turn; the sweep will", run_id, exc_info=True)
 
     def dispatch_activity(
-        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        *,
+        queue: str,
+        timeout: float | None = None,
+        priority: int = 0,
     ) -> None:
+        """Send an attempt of a queued activity to a worker (a latency hint: its timer sends
+        it again if this is lost), with its run's ``priority`` to a dispatcher that orders
+        by it (``takes_priority``)."""
         try:
-            self.dispatcher.dispatch_activity(run_id, seq, attempt, queue=queue, timeout=timeout)
+            ring_activity(
+                self.dispatcher, run_id, seq, attempt, queue=queue, timeout=timeout, priority=priority
+            )
         except Exception:
             logger.warning(
                 "run %s: could not dispatch activity %s attempt %s; its timer will resend it",
@@ -164,11 +204,28 @@ class Engine:
         )
         if claimed is None:
             logger.debug("run %s: not claimable (owned, waiting, finished, unknown, or its "
-                         "workflow is not registered here)", run_id)  # fmt: skip
+                         "workflow is not registered here)", run_id, extra={"run_id": run_id})  # fmt: skip
             return TurnOutcome.NOT_CLAIMED
         with self._lock:
             self._held[run_id] = claimed.epoch
             self._lost.discard(run_id)
+        observe.run_claimed(claimed, self.engine_id)
+        with (
+            run_logging.bound(run_id=run_id, workflow_id=claimed.workflow_id, workflow=claimed.workflow_name),
+            observe.turn(claimed, self.engine_id, takeover=claimed.takeover) as seen,
+        ):
+            seen.outcome = outcome = self._turn(claimed, config)
+        if outcome in _FINISHED:
+            observe.run_finished(
+                run_id=run_id,
+                workflow_id=claimed.workflow_id,
+                workflow=claimed.workflow_name,
+                status=_FINISHED[outcome],
+            )
+        return outcome
+
+    def _turn(self, claimed: ClaimedRun, config: EngineConfig) -> TurnOutcome:
+        run_id = claimed.run_id
         label = f"run {run_id} ({claimed.workflow_name} {claimed.workflow_id})"
         logger.info("%s: claimed, epoch %s, %d recorded steps", label, claimed.epoch, len(claimed.steps))
         try:
@@ -184,6 +241,10 @@ class Engine:
             return self._drive(claimed, workflow, config, label)
         except Deposed:
             logger.warning("%s: deposed (epoch %s is no longer current), stopped", label, claimed.epoch)
+            if not self.is_lost(run_id):
+                # A fenced write was refused (not the heartbeat finding the lease lost,
+                # which stops the turn before it writes).
+                observe.deposed_write(run_id=run_id, engine_id=self.engine_id, epoch=claimed.epoch)
             return TurnOutcome.DEPOSED
         finally:
             with self._lock:
@@ -263,7 +324,7 @@ class Engine:
                 run_id, me, epoch, unwinding.args_json, unwinding.kwargs_json
             )
             logger.info("%s: continued as new run %s", label, new_run)
-            self.dispatch_turn(new_run)
+            self.dispatch_turn(new_run, priority=claimed.priority)  # the new run keeps the priority
             self._after_close(ctx, None, "continued as new")
             return TurnOutcome.CONTINUED
         assert isinstance(unwinding, Park)
@@ -272,12 +333,12 @@ class Engine:
         if woken:
             # What it waits for happened while this turn ran: another turn picks it up.
             logger.info("%s: released, what it waits for has already happened", label)
-            self.dispatch_turn(run_id)
+            self.dispatch_turn(run_id, priority=claimed.priority)
             return TurnOutcome.PARKED
         logger.info("%s: parked, waiting on %s", label, _describe_wait(unwinding.waiting_on))
         for timer in unwinding.timers:
             # A latency hint only: the sweep fires the timer even if this is lost.
-            self.dispatch_turn(run_id, eta=timer.fire_at)
+            self.dispatch_turn(run_id, eta=timer.fire_at, priority=claimed.priority)
         return TurnOutcome.PARKED
 
     def _fail(self, ctx: WorkflowContext, exc: BaseException, category: str, label: str) -> TurnOutcome:
@@ -343,24 +404,42 @@ class Engine:
         if finalizer is not None:
             # A doorbell only: the finalizer's timer is due now, and the sweep sends it too.
             self.dispatch_activity(
-                claimed.run_id, FINALIZER_SEQ, 1, queue=finalizer.queue or "", timeout=finalizer.timeout
-            )
+                claimed.run_id, FINALIZER_SEQ, 1, queue=finalizer.queue or "", timeout=finalizer.timeout,
+                priority=claimed.priority,
+            )  # fmt: skip
         self._after_close(ctx, woken, "cancelled")
         return TurnOutcome.CANCELLED
 
     def _after_close(self, ctx: WorkflowContext, woken_parent: str | None, status: str) -> None:
-        """After a run's terminal commit: ring its waiting parent's doorbell, and apply the
-        parent-close policy to children it left running."""
+        """After a run's terminal commit: ring its waiting parent's doorbell, hand its
+        concurrency slot on, and apply the parent-close policy to children it left
+        running."""
+        # A child took its parent's priority when it started, so the parent's doorbell and
+        # its children's ring with this run's.
+        own = ctx._claimed.priority
         if woken_parent is not None:
-            self.dispatch_turn(woken_parent)
+            self.dispatch_turn(woken_parent, priority=own)
+        if ctx._workflow.concurrency is not None:
+            # Its concurrency slot is free: the queued runs it lets in are runnable now.
+            for admitted, priority in self.store.hand_on_slot(ctx._claimed.run_id, ctx._workflow.name):
+                self.dispatch_turn(admitted, priority=priority)
         if any(step.kind == StepKind.CHILD for step in ctx._steps.values()):
             run_id = ctx._claimed.run_id
             for child in self.store.close_children(run_id, f"its parent run {run_id} {status}"):
                 logger.info(
                     "run %s: parent-close policy applied, its parent run %s %s", child, run_id, status
                 )
-                self.dispatch_turn(child)  # a child sent a cancellation request may have been parked
+                # A child sent a cancellation request may have been parked.
+                self.dispatch_turn(child, priority=own)
 
+
+_FINISHED = {
+    TurnOutcome.COMPLETED: RunStatus.COMPLETED,
+    TurnOutcome.FAILED: RunStatus.FAILED,
+    TurnOutcome.CANCELLED: RunStatus.CANCELLED,
+    TurnOutcome.CONTINUED: RunStatus.CONTINUED,
+}
+"""The turns' outcomes that finish their run, and the status they leave it in."""
 
 _CANCELLATION_TYPE = f"{CancellationRequested.__module__}.{CancellationRequested.__qualname__}"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import codec, faults
+from . import codec, faults, observe
 from .activities import describe_exception
 from .durations import Duration, parse_duration
 from .error_types import ErrorType
@@ -354,6 +354,7 @@ class MessageHandling:
             for message in list(messages):
                 if take is not None and take(message):
                     messages.remove(message)
+                    self._delivered(message)
                     return message, False
                 if message.kind == MessageKind.SIGNAL and message.name not in self.signal_handlers:
                     continue  # buffered for a later wait_signal or handler
@@ -361,12 +362,22 @@ class MessageHandling:
                     before()
                     before = None
                 messages.remove(message)
+                self._delivered(message)
                 self._apply_live(message)
                 if done is not None and done():
                     return None, True
             if fresh_read:
                 return None, False
             fresh_read = True
+
+    def _delivered(self, message: PendingMessage) -> None:
+        """Say that this turn takes ``message`` for real (a replayed one never gets here)."""
+        observe.message_delivered(
+            run_id=self._ctx._claimed.run_id,
+            kind=message.kind,
+            name=message.name,
+            carrier=message.trace_context,
+        )
 
     def _apply_live(self, message: PendingMessage) -> None:
         """Apply one pending message at the next position, recording it first."""

@@ -10,15 +10,20 @@ wake the run (``signals``, ``updates``), and for a wait on queued activities or 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .error_types import ErrorType
+from .flow import HOLD_KINDS, HoldKind
 from .records import PENDING_STEP_STATUSES, RunStatus, StepKind, StepStatus, TimerKind
 
-NEEDS_DECISION = frozenset({StepStatus.ATTEMPT_FAILED, StepStatus.LOST})
-"""Attempt outcomes the workflow decides on (retry or fail), so they wake the run."""
+DUE_HOLD = "delayed, due"
+"""How :meth:`ParkedWait.satisfied_by` counts a ``delayed`` attempt whose hold is over."""
+
+NEEDS_DECISION = frozenset({StepStatus.ATTEMPT_FAILED, StepStatus.LOST, DUE_HOLD})
+"""Attempt outcomes the workflow decides on (retry or fail, or send a held attempt
+again), so they wake the run."""
 
 
 @dataclass(frozen=True)
@@ -32,10 +37,14 @@ class ParkedWait:
     background: tuple[int, ...] = ()
     mode: str = "all"
     on_activities: bool = False
+    slot_at: int | None = None
+    """The position of an inline activity attempt queued for a concurrency slot that the
+    run waits for (a slot handed on to it wakes the run)."""
 
     @classmethod
     def of(cls, waiting_on: Mapping[str, Any]) -> ParkedWait:
-        on_activities = waiting_on.get("kind") == "activities"
+        kind = waiting_on.get("kind")
+        on_activities = kind == "activities"
         return cls(
             signals=tuple(waiting_on.get("signals") or ()),
             updates=tuple(waiting_on.get("updates") or ()),
@@ -43,6 +52,7 @@ class ParkedWait:
             background=tuple(waiting_on.get("background") or ()),
             mode="any" if waiting_on.get("mode") == "any" else "all",
             on_activities=on_activities,
+            slot_at=int(waiting_on["seq"]) if kind == HoldKind.CONCURRENCY and "seq" in waiting_on else None,
         )
 
     @property
@@ -50,21 +60,27 @@ class ParkedWait:
         """The positions whose step statuses decide (waited for, then background)."""
         return list(self.seqs) + list(self.background)
 
-    def satisfied_by(self, steps: Iterable[tuple[int, str, str]], live_children: set[int]) -> bool:
+    def satisfied_by(
+        self, steps: Iterable[tuple[int, str, str]], live_children: set[int], due_holds: Collection[int] = ()
+    ) -> bool:
         """Whether the run needs a turn now because of its queued activities or children,
-        given the ``(seq, status, kind)`` of the steps at :attr:`step_seqs` and the
-        positions of the children that are still live (see :func:`children_to_check`).
+        given the ``(seq, status, kind)`` of the steps at :attr:`step_seqs`, the positions
+        of the children that are still live (see :func:`children_to_check`) and those of
+        the ``delayed`` attempts whose hold is over (``due_holds``).
 
         For a wait on ``any`` of them, one finished; for ``all``, none is pending, or an
-        attempt failed or was lost (the workflow decides on the retry). An attempt that
-        failed or was lost among the activities started but not waited for
-        (``background``) counts too, whatever the run waits for."""
+        attempt failed or was lost (the workflow decides on the retry), or a held attempt
+        is to be sent again. An attempt that failed, was lost or is to be sent again
+        among the activities started but not waited for (``background``) counts too,
+        whatever the run waits for."""
         status_of: dict[int, str] = {}
         for seq, status, kind in steps:
             if kind == StepKind.CHILD and status == StepStatus.WAITING:
                 # A child step stays "waiting" until the parent records the outcome; what
                 # counts is whether the child run (or its continued-as-new successor) is live.
                 status = StepStatus.SCHEDULED if seq in live_children else StepStatus.COMPLETED
+            elif status == StepStatus.DELAYED and seq in due_holds:
+                status = DUE_HOLD
             status_of[seq] = status
         if any(status_of.get(seq) in NEEDS_DECISION for seq in self.background):
             return True
@@ -110,9 +126,9 @@ def timers_surviving_collection(status: str | None) -> frozenset[TimerKind]:
     return frozenset({TimerKind.FINALIZER})
 
 
-NO_MESSAGES_KIND = "retry"
-"""The park that does not handle messages (``wakes_on_messages=False``): an activity's
-durable retry timer."""
+NO_MESSAGES_KINDS = frozenset({"retry", *HOLD_KINDS})
+"""The parks that do not handle messages (``wakes_on_messages=False``): an activity's
+durable retry timer, and an inline attempt flow control holds."""
 
 
 def handled_updates(waiting_on: Mapping[str, Any] | None, status: str) -> frozenset[str] | None:
@@ -122,8 +138,8 @@ def handled_updates(waiting_on: Mapping[str, Any] | None, status: str) -> frozen
     register a handler before it moves on."""
     if status not in (RunStatus.WAITING, RunStatus.SUSPENDED) or not waiting_on:
         return None
-    if waiting_on.get("kind") == NO_MESSAGES_KIND:
-        return None  # a durable retry: messages wait for the next blocking point
+    if waiting_on.get("kind") in NO_MESSAGES_KINDS:
+        return None  # a durable retry or a held attempt: messages wait for the next blocking point
     # Every other park lists the update handlers it has under "updates" (none: no key).
     return frozenset(waiting_on.get("updates") or ())
 

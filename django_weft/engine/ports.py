@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .errors import UpdateValidationError, WeftError
+from .flow import Rate, SlotTaken
 from .records import (
     CancelRequest,
     ChildOutcome,
@@ -145,6 +146,32 @@ class TurnStore(Protocol):
         """Apply the parent-close policy to the live children of a closed run (cancel
         those with "terminate", ask those with "request_cancel" to cancel); return their ids."""
 
+    def hand_on_slot(self, run_id: str, workflow_name: str) -> list[tuple[str, int]]:
+        """Run ``run_id`` of a workflow with a concurrency limit ended: let in the queued
+        runs its key now has room for; return ``(run id, priority)`` of each, to dispatch."""
+
+    def take_rate_limit(self, name: str, key: str, rate: Rate) -> datetime | None:
+        """Take the next moment of the rate limit bucket ``(name, key)``, advanced in one
+        statement that every process shares (:func:`~.flow.gcra_take`): ``None`` when the
+        attempt may go now, else the moment it may go, which is its own from then on."""
+
+    def take_activity_slot(
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+    ) -> SlotTaken:
+        """Take a slot of ``activity``'s concurrency limit for key ``key`` for the attempt at
+        ``(run_id, seq)``, held ``ttl`` seconds unless renewed: free, and no attempt
+        queued before it, or handed on to it. Otherwise queue it (keeping its place)."""
+
+    def release_activity_slot(
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+    ) -> list[str]:
+        """Give back the slot (or the place in the queue) of the attempt at ``(run_id, seq)``
+        and hand the free slots on to the attempts queued first; return the ids of the runs
+        to wake (ring their doorbells)."""
+
+    def renew_activity_slots(self, holders: list[tuple[str, int]], ttl: float) -> None:
+        """Extend the slots of the attempts ``(run_id, seq)`` this process runs by ``ttl``."""
+
     def set_finalizer_state(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str
     ) -> None:
@@ -176,13 +203,47 @@ class Dispatcher(Protocol):
     finds it even if every dispatch is lost.
     """
 
-    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None: ...
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
+        """Ask a worker to run a turn of ``run_id`` (not before ``eta``). A dispatcher that
+        orders its work by priority says so with ``takes_priority = True`` and takes a
+        keyword argument ``priority`` (-100..100, higher first)."""
 
     def dispatch_activity(
         self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
     ) -> None:
         """Ask a worker consuming ``queue`` to run attempt ``attempt`` of the queued activity
-        at ``seq``. Lost dispatches are found again through the activity's timer."""
+        at ``seq``. Lost dispatches are found again through the activity's timer. A
+        dispatcher with ``takes_priority = True`` takes a keyword argument ``priority``
+        here too: the priority of the attempt's run."""
+
+
+def ring_turn(dispatcher: Dispatcher, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
+    """Ring a run's doorbell with its priority, for a dispatcher that orders by it
+    (``takes_priority``); another (a project's own) is called as before."""
+    if priority and getattr(dispatcher, "takes_priority", False):
+        dispatcher.dispatch_turn(run_id, eta=eta, priority=priority)  # type: ignore[call-arg]
+    else:
+        dispatcher.dispatch_turn(run_id, eta=eta)
+
+
+def ring_activity(
+    dispatcher: Dispatcher,
+    run_id: str,
+    seq: int,
+    attempt: int,
+    *,
+    queue: str,
+    timeout: float | None = None,
+    priority: int = 0,
+) -> None:
+    """Send an attempt of a queued activity with its run's priority, to a dispatcher that
+    orders by it (``takes_priority``); another is called as before."""
+    if priority and getattr(dispatcher, "takes_priority", False):
+        dispatcher.dispatch_activity(  # type: ignore[call-arg]
+            run_id, seq, attempt, queue=queue, timeout=timeout, priority=priority
+        )
+    else:
+        dispatcher.dispatch_activity(run_id, seq, attempt, queue=queue, timeout=timeout)
 
 
 class Starter(Protocol):

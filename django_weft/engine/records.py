@@ -49,10 +49,14 @@ class StepStatus(enum.StrEnum):
     STARTED = "started"  # a worker runs the queued attempt (its lease is the activity timer)
     ATTEMPT_FAILED = "attempt_failed"  # a queued attempt failed; the workflow decides on a retry
     LOST = "lost"  # a queued attempt never started or its worker stopped heartbeating
+    DELAYED = "delayed"  # flow control holds the attempt (a rate limit, a concurrency slot)
 
 
-PENDING_STEP_STATUSES = frozenset({StepStatus.SCHEDULED, StepStatus.STARTED, StepStatus.RETRYING})
-"""A queued activity in one of these states has not finished and needs nothing from its run."""
+PENDING_STEP_STATUSES = frozenset(
+    {StepStatus.SCHEDULED, StepStatus.STARTED, StepStatus.RETRYING, StepStatus.DELAYED}
+)
+"""A queued activity in one of these states has not finished and needs nothing from its
+run (a ``delayed`` one until its hold is over: :func:`~.flow.hold_is_due`)."""
 
 
 class TimerKind(enum.StrEnum):
@@ -199,6 +203,19 @@ class ClaimedRun:
     writes through the store and does not change this copy."""
     cancel_request: CancelRequest | None = None
     """The run's cancellation request if one is pending (not yet delivered) at the claim."""
+    priority: int = 0
+    """The run's priority (flow control): every doorbell of the run's own work, a later
+    turn or a queued activity, carries it, so the run keeps its place in a worker's queue
+    beyond its first turn."""
+    takeover: bool = False
+    """Whether the claim took the run over from an owner whose lease had expired."""
+    due_at: datetime | None = None
+    """When the work this claim took was due (the database's clock): the run's ``ready_at``
+    (its start, or when it was woken), the first due timer of a run woken by its own
+    claim, or the expired lease of a takeover; ``None`` if not known."""
+    trace_context: dict[str, str] | None = None
+    """The carrier stored by the run's start (:func:`~django_weft.engine.observe.start_carrier`),
+    for tracing to continue the starter's trace; ``None`` when none was stored."""
 
 
 class MessageKind(enum.StrEnum):
@@ -218,6 +235,8 @@ class PendingMessage:
     update_id: str | None = None
     validated: bool = True
     """False for an update accepted before the run registered its handler."""
+    trace_context: dict[str, str] | None = None
+    """The sender's trace context (a W3C carrier), or ``None`` when sent untraced."""
 
 
 PARENT_CLOSE_POLICIES = ("terminate", "request_cancel", "abandon")
@@ -235,6 +254,10 @@ class ChildStart:
     args_json: str
     kwargs_json: str
     parent_close_policy: str
+    priority: int = 0
+    """Its parent's priority, which it takes."""
+    trace_context: dict[str, str] | None = None
+    """What tracing stores with the child (:func:`~django_weft.engine.observe.start_carrier`)."""
 
 
 @dataclass(frozen=True)

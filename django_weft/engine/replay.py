@@ -167,6 +167,21 @@ class HistoryOnlyStore:
     def close_children(self, *args: Any, **kwargs: Any) -> NoReturn:
         self._refuse("close the run's children")
 
+    def hand_on_slot(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("hand on the run's concurrency slot")
+
+    def take_rate_limit(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("take a rate limit moment")
+
+    def take_activity_slot(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("take an activity concurrency slot")
+
+    def release_activity_slot(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("give back an activity concurrency slot")
+
+    def renew_activity_slots(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("renew activity concurrency slots")
+
     def set_finalizer_state(self, *args: Any, **kwargs: Any) -> NoReturn:
         self._refuse("set the finalizer state")
 

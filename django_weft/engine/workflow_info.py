@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,9 @@ class WorkflowInfo:
     """The schedule that started this run, if one did."""
     scheduled_at: datetime | None = None
     """The time the schedule fired this run for (UTC; before any jitter or catch-up delay)."""
+    search_attributes: Mapping[str, Any] = field(default_factory=dict)
+    """The run's search attributes as they were when this turn claimed it (those the
+    workflow sets in the turn are not added here)."""
 
 
 def schedule_info(attributes: Mapping[str, Any]) -> dict[str, Any]:
@@ -38,7 +41,10 @@ def schedule_info(attributes: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
-    """A logger that says nothing while the workflow replays recorded history."""
+    """A logger that says nothing while the workflow replays recorded history, so a line
+    is written once however many turns replay it. Its records carry ``run_id``,
+    ``workflow_id``, ``workflow``, ``seq`` (the position reached) and ``attempt`` (the
+    run's) in ``extra``."""
 
     def __init__(self, logger: logging.Logger, ctx: WorkflowContext) -> None:
         super().__init__(logger, {})
@@ -49,8 +55,16 @@ class ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         info = self._ctx.info
-        extra = dict(kwargs.get("extra") or {})
-        extra.setdefault("weft_run_id", info.run_id)
-        extra.setdefault("weft_workflow_id", info.workflow_id)
-        kwargs["extra"] = extra
+        kwargs["extra"] = {
+            "run_id": info.run_id,
+            "workflow_id": info.workflow_id,
+            "workflow": info.workflow_name,
+            # The position the workflow has reached (its next durable operation's).
+            "seq": self._ctx._seq,
+            "attempt": info.attempt,
+            # The names of the first releases, kept for the formatters that read them.
+            "weft_run_id": info.run_id,
+            "weft_workflow_id": info.workflow_id,
+            **(kwargs.get("extra") or {}),
+        }
         return f"[{info.workflow_name} {info.workflow_id}] {msg}", kwargs

@@ -17,6 +17,9 @@ class Signal(models.Model):
     signal_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - unique when given
     received_at = models.DateTimeField(auto_now_add=True)
     consumed_seq = models.IntegerField(null=True, blank=True)
+    # The sender's trace context (a W3C carrier; NULL without tracing), which the span of
+    # the turn that consumes the signal links to.
+    trace_context = models.JSONField(null=True, blank=True)
 
     class Meta:
         verbose_name = _("signal")
@@ -66,6 +69,9 @@ class Update(models.Model):
     # False for an update accepted before the run had registered its handler: the run
     # validates it when it gets to a blocking point with that handler.
     validated = models.BooleanField(default=True)
+    # The sender's trace context (a W3C carrier; NULL without tracing), which the span of
+    # the turn that applies the update links to.
+    trace_context = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -11,6 +11,7 @@ from django.db.models.fields.json import KeyTransform
 
 from ..engine.errors import InvalidInput
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
+from ..engine.registry import registry
 from ..engine.search_attributes import NAME_RULE, is_attribute_name, search_values
 
 if TYPE_CHECKING:
@@ -37,6 +38,30 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
         """Runnable runs nobody has rung the doorbell for recently."""
         return self.runnable().filter(
             Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - timedelta(seconds=redispatch_after))
+        )
+
+    # -- flow control (docs/explanation/flow-control.md) -------------------------------
+
+    def of_kind(self, kind: str) -> WorkflowRunQuerySet:
+        """Runs of the registered workflows of ``kind``: ``"task"`` (tasks of Django's task
+        framework, run by ``WeftTaskBackend``) or ``"workflow"``; by workflow name (its
+        index), so a name this process has not registered is neither."""
+        return self.filter(workflow_name__in=sorted(registry.workflow_names_of_kind(kind)))
+
+    def queued_for_slot(self) -> WorkflowRunQuerySet:
+        """Runs queued for a concurrency slot: ``pending`` until one frees (the condition
+        of the partial index ``weft_run_flow_queue``)."""
+        return self.filter(slot=self.model.Slot.QUEUED, status=RunStatus.PENDING)
+
+    def not_queued_for_slot(self) -> WorkflowRunQuerySet:
+        """Every run :meth:`queued_for_slot` leaves out."""
+        return self.exclude(slot=self.model.Slot.QUEUED, status=RunStatus.PENDING)
+
+    def holding_slot(self) -> WorkflowRunQuerySet:
+        """Runs holding a concurrency slot: active, with ``slot`` ``held`` (within the
+        partial index ``weft_run_flow_live``). A run gives its slot back by ending."""
+        return self.filter(
+            concurrency_key__isnull=False, status__in=sorted(ACTIVE_STATUSES), slot=self.model.Slot.HELD
         )
 
     def search(self, **attributes: Any) -> WorkflowRunQuerySet:

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from ..engine.flow import PRIORITY_MAX, PRIORITY_MIN
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, FailureCategory, RunStatus
 from .querysets import WorkflowRunQuerySet
 
@@ -34,6 +35,11 @@ class WorkflowRun(models.Model):
         SYSTEM = FailureCategory.SYSTEM, _("system")
         CANCELLATION = FailureCategory.CANCELLATION, _("cancellation")
         TIMEOUT = FailureCategory.TIMEOUT, _("timeout")
+
+    class Slot(models.TextChoices):
+        NONE = "", _("none")
+        QUEUED = "queued", _("queued")
+        HELD = "held", _("held")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow_id = models.CharField(max_length=WORKFLOW_ID_MAX_LENGTH)
@@ -71,12 +77,28 @@ class WorkflowRun(models.Model):
     # The latest cancellation request (handle.cancel(mode="request")): reason, requested_at,
     # and seq, the position where the workflow received it (null while pending).
     cancel_request = models.JSONField(null=True, blank=True)
+    # The trace context of the code that started the run (an opaque carrier filled by the
+    # observers of django_weft.engine.observe), so its turns can join that trace.
+    trace_context = models.JSONField(null=True, blank=True)
     # A reset (runtime.reset): on the new run, the run it was reset from; on that run, the
     # run that replaced it. Each {"run_id", "seq", "reason", "reset_at"}; no foreign key:
     # retention may purge either run, and the link then names a run no longer kept.
     reset_from = models.JSONField(null=True, blank=True)
     reset_to = models.JSONField(null=True, blank=True)
     ready_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (docs/explanation/flow-control.md): the start's priority (-100..100,
+    # higher first), and for a workflow with a concurrency limit the key it is counted by
+    # ("" for one limit for the workflow; NULL without a limit), whether the run holds a
+    # slot or is queued for one, and its place among the queued runs of its workflow.
+    priority = models.SmallIntegerField(default=0, db_default=0)
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL means no limit
+    slot = models.CharField(max_length=8, choices=Slot.choices, blank=True, default="", db_default="")
+    queue_rank = models.BigIntegerField(null=True, blank=True)
+    # Debounce (docs/explanation/flow-control.md): the key a debounced start was collapsed
+    # by ("" for one burst per workflow; NULL: not a debounced start), and how many starts
+    # the run collapsed (its own included).
+    debounce_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL means not debounced
+    debounced_starts = models.PositiveIntegerField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     # Ownership (docs/explanation/guarantees.md): at most one owner; the epoch only ever grows.
     owner_id = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001 - NULL means unowned
@@ -104,11 +126,22 @@ class WorkflowRun(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in RunStatus]), name="weft_run_status_valid"
             ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="weft_run_priority_range",
+            ),
             # One live run per business key; terminal runs keep the id for history.
             models.UniqueConstraint(
                 fields=["workflow_id"],
                 condition=Q(status__in=sorted(ACTIVE_STATUSES)),
                 name="weft_run_one_active_per_workflow_id",
+            ),
+            # Debounce: one run per workflow and key collects starts at a time (pending, its
+            # delayed start not fired yet, so holding no slot and queued for none).
+            models.UniqueConstraint(
+                fields=["workflow_name", "debounce_key"],
+                condition=Q(debounce_key__isnull=False, status=RunStatus.PENDING, slot=""),
+                name="weft_run_one_debounce_burst",
             ),
         ]
         indexes: ClassVar = [
@@ -127,10 +160,32 @@ class WorkflowRun(models.Model):
                 name="weft_run_failure_created",
             ),
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="weft_run_parent"),
+            # Runnable runs in the order workers take them: higher priority first, then
+            # the longest waiting.
             models.Index(
-                fields=["ready_at"],
+                fields=["-priority", "ready_at"],
                 condition=Q(status=RunStatus.RUNNING, owner_id__isnull=True),
                 name="weft_run_runnable",
+            ),
+            # Flow control: the live runs of a limited workflow by key, so counting the
+            # slots held reads only them; and the queue of runs waiting for a slot, in
+            # the order they are let in.
+            models.Index(
+                fields=["workflow_name", "concurrency_key", "slot"],
+                condition=Q(concurrency_key__isnull=False, status__in=sorted(ACTIVE_STATUSES)),
+                name="weft_run_flow_live",
+            ),
+            # The run list filtered by a concurrency key (REST, admin), in the list's order:
+            # only runs of limited workflows are in it.
+            models.Index(
+                fields=["concurrency_key", "-created_at", "id"],
+                condition=Q(concurrency_key__isnull=False),
+                name="weft_run_flow_key_created",
+            ),
+            models.Index(
+                fields=["workflow_name", "concurrency_key", "-priority", "queue_rank", "created_at"],
+                condition=Q(slot="queued", status=RunStatus.PENDING),
+                name="weft_run_flow_queue",
             ),
             models.Index(
                 fields=["lease_expires_at"],

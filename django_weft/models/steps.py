@@ -34,6 +34,7 @@ class Step(models.Model):
         STARTED = StepStatus.STARTED, _("started")
         ATTEMPT_FAILED = StepStatus.ATTEMPT_FAILED, _("attempt failed")
         LOST = StepStatus.LOST, _("lost")
+        DELAYED = StepStatus.DELAYED, _("delayed")
 
     id = models.BigAutoField(primary_key=True)
     # No separate index on run: the unique (run, seq) index serves lookups by run, and

@@ -10,12 +10,24 @@ suspend, resume, retry, reset), :mod:`.worker` (turns, queued activities, finali
 (the same on every run a filter matches, by the tick; :mod:`.run_sources` names where a
 job finds its runs), :mod:`.schedule_bulk` (an operation on many schedules),
 :mod:`.operations` (every operation described once), :mod:`.histories` (history
-exports), :mod:`.replay` (checking stored histories against the code) and :mod:`.workers`
-(what each worker can run); and :mod:`.dispatch`, :mod:`.heartbeat`, :mod:`.validation`.
+exports), :mod:`.replay` (checking stored histories against the code), :mod:`.workers`
+(what each worker can run), :mod:`.slots` (concurrency slots as operators see
+them) and :mod:`.activity_flow` (activities' rate limits and slots, likewise); and
+:mod:`.dispatch`, :mod:`.heartbeat`, :mod:`.validation`, :mod:`.awaiting` (the runtime
+from async code; waiting for an outcome, blocking or awaited).
 """
 
 from __future__ import annotations
 
+from .activity_flow import (
+    ActivityGroupFigures,
+    BucketFigures,
+    BusiestActivityGroups,
+    BusyBuckets,
+    busiest_activity_groups,
+    busy_rate_limits,
+)
+from .awaiting import once
 from .bulk import BulkFailure, BulkOutcome, BulkRun, apply_bulk, count_runs, refusal_for
 from .bulk_jobs import BulkJobRecord, get_bulk_job, process_bulk_jobs, start_bulk_job
 from .dispatch import delivers, get_dispatcher
@@ -32,23 +44,37 @@ from .histories import (
 )
 from .inprocess import InProcessWorker
 from .lifecycle import ResetOutcome, cancel, reset, resume, retry, suspend
-from .messages import HandlerInfo, SignalAccepted, query, registered_handlers, signal, update, update_result
+from .messages import (
+    HandlerInfo,
+    SignalAccepted,
+    aupdate,
+    aupdate_result,
+    query,
+    registered_handlers,
+    signal,
+    update,
+    update_result,
+)
 from .process import CurrentDispatcher, dispatch_on_commit, get_engine, get_store
 from .reading import (
     FinishedPerMinute,
     Latest,
     StatusReport,
+    aresult_of,
     describe,
     finished_per_minute,
     get_run,
     history,
     read_history,
     read_run,
+    read_run_at,
     read_signals,
     read_steps_at,
     read_timers,
     read_updates,
     result_of,
+    run_queryset,
+    schedule_queryset,
     status_report,
 )
 from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
@@ -73,6 +99,7 @@ from .schedules import (
     unpause_schedule,
     update_schedule,
 )
+from .slots import BUSIEST_SHOWN, BusiestKeys, KeyFigures, RunSlot, busiest_keys, run_slot
 from .starts import (
     ON_CONFLICT_CHOICES,
     RELATED_OBJECT_ATTRIBUTE,
@@ -88,15 +115,21 @@ from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_final
 from .workers import StrandedWorkflow, WorkerCoverage, WorkerRecord, worker_coverage
 
 __all__ = [
+    "BUSIEST_SHOWN",
     "HISTORY_FORMAT",
     "HISTORY_VERSION",
     "ON_CONFLICT_CHOICES",
     "RELATED_OBJECT_ATTRIBUTE",
+    "ActivityGroupFigures",
     "ActivityOutcome",
+    "BucketFigures",
     "BulkFailure",
     "BulkJobRecord",
     "BulkOutcome",
     "BulkRun",
+    "BusiestActivityGroups",
+    "BusiestKeys",
+    "BusyBuckets",
     "CurrentDispatcher",
     "FinishedPerMinute",
     "GcBatch",
@@ -104,6 +137,7 @@ __all__ = [
     "HandlerInfo",
     "HistoryEntry",
     "InProcessWorker",
+    "KeyFigures",
     "Latest",
     "ParsedHistory",
     "ReplaySummary",
@@ -111,6 +145,7 @@ __all__ = [
     "RunRecord",
     "RunReplay",
     "RunSelection",
+    "RunSlot",
     "ScheduleBulkOutcome",
     "ScheduleDescription",
     "SignalAccepted",
@@ -128,7 +163,13 @@ __all__ = [
     "WorkerRecord",
     "apply_bulk",
     "apply_schedule_bulk",
+    "aresult_of",
+    "aupdate",
+    "aupdate_result",
     "backfill_schedule",
+    "busiest_activity_groups",
+    "busiest_keys",
+    "busy_rate_limits",
     "cancel",
     "count_runs",
     "create_schedule",
@@ -152,6 +193,7 @@ __all__ = [
     "history_files",
     "list_schedules",
     "load_history_file",
+    "once",
     "parse_history",
     "pause_schedule",
     "process_bulk_jobs",
@@ -159,6 +201,7 @@ __all__ = [
     "query",
     "read_history",
     "read_run",
+    "read_run_at",
     "read_signals",
     "read_steps_at",
     "read_timers",
@@ -176,7 +219,10 @@ __all__ = [
     "retry",
     "run_activity",
     "run_finalizer",
+    "run_queryset",
+    "run_slot",
     "run_turn",
+    "schedule_queryset",
     "schedule_refusal_for",
     "signal",
     "signal_with_start",

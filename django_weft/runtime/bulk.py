@@ -10,21 +10,22 @@ skipped and why (grouped by reason), and which failed.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from django.db.models import QuerySet
 
-from ..conf import weft_settings
 from ..engine.errors import InvalidInput, InvalidTransition, WorkflowNotFound, WorkflowTerminalError
 from ..engine.records import RunStatus
+from ..engine.run_logging import get_logger
 from ..models import WorkflowRun
 from . import lifecycle
 from .operations import BULK_OPERATIONS, OPERATIONS, Operation
+from .process import reading_alias
+from .reading import run_queryset
 
-logger = logging.getLogger("django_weft.runtime")
+logger = get_logger("django_weft.runtime")
 
 DEFAULT_BATCH_SIZE = 100
 NO_SUCH_RUN = "no such run"
@@ -238,6 +239,10 @@ def apply_bulk(
     followed to the run it continued as); an unexpected error is logged and recorded in
     ``failed``, and the rest go on.
 
+    The runs are read from the primary database whatever database ``runs`` or ``within``
+    were made on: the status a batch reads decides skips, and a replica's may be behind
+    (docs/explanation/scaling.md, "Read replicas").
+
     ``reason`` is for ``cancel``, ``terminate`` and ``request_cancel`` only (the last sends
     each run a cancellation request, as ``cancel(mode="request")``). Raises
     ``InvalidInput`` before changing anything for an unknown operation, a reason the
@@ -253,10 +258,10 @@ def apply_bulk(
     if isinstance(runs, QuerySet):
         if runs.query.is_sliced:
             raise InvalidInput("a sliced queryset cannot be read in batches; filter it instead")
-        batches = _batches_of_queryset(runs, batch_size)
+        batches = _batches_of_queryset(runs.using(reading_alias()), batch_size)
     else:
         ids = _run_ids(runs)
-        base = within if within is not None else WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        base = within.using(reading_alias()) if within is not None else run_queryset()
         batches = _batches_of_ids(ids, base.all(), batch_size, tally)
     for rows in batches:
         for row in rows:

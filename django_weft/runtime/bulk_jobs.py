@@ -26,7 +26,6 @@ counts the runs the dead process had changed as skipped ("already finished (canc
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -41,12 +40,13 @@ from django.db.models import QuerySet
 from ..conf import weft_settings
 from ..engine import codec
 from ..engine.errors import InvalidInput, PayloadError, WeftError
+from ..engine.run_logging import get_logger
 from ..models import BulkJob, WorkflowRun
 from .bulk import apply_bulk, count_runs, operation_named
 from .process import get_store
 from .run_sources import LOOKUPS, run_source
 
-logger = logging.getLogger("django_weft.runtime")
+logger = get_logger("django_weft.runtime")
 
 LEASE = timedelta(minutes=2)
 """How long a process holds a job while it works on one batch (a batch of

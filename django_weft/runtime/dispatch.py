@@ -21,6 +21,8 @@ from django.utils.module_loading import import_string
 from ..conf import weft_settings
 from ..engine.errors import ConfigurationError
 from ..engine.ports import Dispatcher
+from ..engine.ports import ring_activity as ring_activity  # the runtime's callers import them here
+from ..engine.ports import ring_turn as ring_turn
 
 
 class SweepOnlyDispatcher:
@@ -60,38 +62,57 @@ class LocalDispatcher:
     ``weft_worker`` threads (which serve every activity queue).
 
     Duplicate dispatches of work already queued are folded into one. ``eta`` dispatches
-    wait in a heap until due.
+    wait in a heap until due; released, they go before the other work of their priority
+    (a timer that came due is late work: a rate limit's moment, say, is kept even while
+    a burst of new runs waits in the queue).
     """
 
     delivers = True
+    takes_priority = True
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[Work] = queue.Queue()
+        # (-priority, 0 for work whose timer came due else 1, arrival, work): higher
+        # priority first, then due timers, then first come first served.
+        self._queue: queue.PriorityQueue[tuple[int, int, int, Work]] = queue.PriorityQueue()
         self._queued: set[Work] = set()
         self._lock = threading.Lock()
-        self._delayed: list[tuple[float, int, str]] = []
+        self._delayed: list[tuple[float, int, str, int]] = []
         self._counter = itertools.count()
+        # Set when a delayed dispatch becomes the first due (or by wake()): the thread
+        # waiting in wait_for_due() releases it on time instead of after its sleep.
+        self._sooner = threading.Event()
 
-    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
         if eta is not None:
             delay = (eta - timezone.now()).total_seconds()
             if delay > 0:
                 with self._lock:
-                    heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._counter), run_id))
+                    entry = (time.monotonic() + delay, next(self._counter), run_id, priority)
+                    heapq.heappush(self._delayed, entry)
+                    first = self._delayed[0] is entry
+                if first:
+                    self._sooner.set()
                 return
-        self._put(Work(str(run_id)))
+        self._put(Work(str(run_id)), priority)
 
     def dispatch_activity(
-        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        *,
+        queue: str,
+        timeout: float | None = None,
+        priority: int = 0,
     ) -> None:
-        self._put(Work(str(run_id), seq, attempt))
+        self._put(Work(str(run_id), seq, attempt), priority)
 
-    def _put(self, work: Work) -> None:
+    def _put(self, work: Work, priority: int, *, due: bool = False) -> None:
         with self._lock:
             if work in self._queued:
                 return
             self._queued.add(work)
-        self._queue.put(work)
+        self._queue.put((-priority, 0 if due else 1, next(self._counter), work))
 
     def release_due(self) -> None:
         """Move delayed dispatches whose time has come onto the queue."""
@@ -99,18 +120,32 @@ class LocalDispatcher:
         due = []
         with self._lock:
             while self._delayed and self._delayed[0][0] <= now:
-                due.append(heapq.heappop(self._delayed)[2])
-        for run_id in due:
-            self.dispatch_turn(run_id)
+                _, _, run_id, priority = heapq.heappop(self._delayed)
+                due.append((run_id, priority))
+        for run_id, priority in due:
+            self._put(Work(str(run_id)), priority, due=True)
 
     def next_due_in(self) -> float | None:
         with self._lock:
             return max(self._delayed[0][0] - time.monotonic(), 0.0) if self._delayed else None
 
+    def wait_for_due(self, timeout: float) -> None:
+        """Sleep ``timeout`` seconds at most, and no later than the first delayed dispatch
+        is due, or one added meanwhile that is due sooner (so a timer at a rate limit's
+        moment is released to the millisecond, not at the next sweep), or :meth:`wake`."""
+        due_in = self.next_due_in()
+        wait = timeout if due_in is None else min(timeout, due_in)
+        if wait > 0 and self._sooner.wait(wait):
+            self._sooner.clear()
+
+    def wake(self) -> None:
+        """End a :meth:`wait_for_due` now (at shutdown)."""
+        self._sooner.set()
+
     def get(self, timeout: float) -> Work | None:
         """The next piece of work, or ``None`` after ``timeout`` seconds."""
         try:
-            work = self._queue.get(timeout=timeout)
+            _, _, _, work = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
         with self._lock:

@@ -11,7 +11,6 @@ it on their first task (:func:`ensure_heartbeat`), whatever the pool. In a worke
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -21,10 +20,11 @@ from django.db import close_old_connections, connections
 from ..conf import weft_settings
 from ..engine.activities import CancelProbe
 from ..engine.executor import Engine
+from ..engine.run_logging import get_logger
 from .process import get_engine, get_store
 from .workers import advertise_now
 
-logger = logging.getLogger("django_weft.heartbeat")
+logger = get_logger("django_weft.heartbeat")
 
 Attempt = tuple[str, int, int]
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from django.db.models import Q
 
-from ..conf import weft_settings
 from ..engine import codec
 from ..engine.errors import InvalidInput
 from ..engine.records import ClaimedRun, RunStatus, StepRecord
 from ..models import Step, WorkflowRun
+from .process import reading_alias
 from .reading import get_run
 
 HISTORY_FORMAT = "django_weft.history"
@@ -147,18 +147,21 @@ class RunSelection:
             raise InvalidInput(f"since must be an aware datetime; got {self.since!r}")
 
 
-def stored_documents(selection: RunSelection, *, batch: int = DEFAULT_BATCH) -> Iterator[dict[str, Any]]:
+def stored_documents(
+    selection: RunSelection, *, batch: int = DEFAULT_BATCH, may_lag: bool = False
+) -> Iterator[dict[str, Any]]:
     """The documents of the selected runs, newest first, read in keyset batches of
     ``batch`` runs: two queries per batch (the runs, then all their steps), so memory
-    holds one batch at a time however many runs are stored.
+    holds one batch at a time however many runs are stored. From the primary database,
+    or with ``may_lag`` from ``WEFT_READ_DATABASE`` (:func:`~.process.reading_alias`).
 
     Raises ``WorkflowNotFound`` for a ref that names no run (before yielding anything)."""
     if batch < 1:
         raise InvalidInput(f"batch must be a positive number of runs; got {batch!r}")
-    alias = weft_settings.DATABASE_ALIAS
+    alias = reading_alias(may_lag=may_lag)
     runs = WorkflowRun.objects.using(alias).order_by("-created_at", "id")
     if selection.refs:
-        runs = runs.filter(pk__in=[get_run(ref).pk for ref in selection.refs])
+        runs = runs.filter(pk__in=[get_run(ref, may_lag=may_lag).pk for ref in selection.refs])
     if selection.workflows:
         runs = runs.filter(workflow_name__in=selection.workflows)
     if selection.statuses:
@@ -192,11 +195,12 @@ def stored_documents(selection: RunSelection, *, batch: int = DEFAULT_BATCH) -> 
         after = (rows[-1]["created_at"], rows[-1]["id"])
 
 
-def export_history(ref: str | uuid.UUID) -> dict[str, Any]:
-    """The history document of one run (run id, or workflow id for its latest run);
-    raises ``WorkflowNotFound``."""
-    run = get_run(ref)
-    return next(stored_documents(RunSelection(refs=(str(run.pk),))))
+def export_history(ref: str | uuid.UUID, *, may_lag: bool = False) -> dict[str, Any]:
+    """The history document of one run (run id, or workflow id for its latest run), from
+    the primary database or with ``may_lag`` from ``WEFT_READ_DATABASE``; raises
+    ``WorkflowNotFound``."""
+    run = get_run(ref, may_lag=may_lag)
+    return next(stored_documents(RunSelection(refs=(str(run.pk),)), may_lag=may_lag))
 
 
 # -- reading documents ---------------------------------------------------------------------

@@ -3,7 +3,6 @@ and a heartbeat thread sharing one engine, fed by a :class:`LocalDispatcher`."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -12,23 +11,29 @@ from django.db import close_old_connections, connections
 
 from ..conf import weft_settings
 from ..engine.registry import registry
+from ..engine.run_logging import get_logger
 from ..models import Worker
-from .dispatch import LocalDispatcher, use_dispatcher
+from .dispatch import LocalDispatcher, ring_turn, use_dispatcher
 from .heartbeat import Heartbeat
 from .outages import database_unavailable
-from .process import get_engine
+from .process import get_engine, get_store
 from .sweep import tick
 from .worker import run_activity
 from .workers import advertise_as, stop_advertising
 
-logger = logging.getLogger("django_weft.worker")
+logger = get_logger("django_weft.worker")
 
 SWEEP_BACKOFF_MAX = 2.0
 """Seconds between the sweep's attempts at most while they fail (the database away)."""
 
 
+TIMER_IDLE_WAIT = 1.0
+"""Seconds the timer thread sleeps at most when no delayed doorbell is due."""
+
+
 class InProcessWorker:
-    """Turn threads, a sweep thread and a heartbeat thread sharing one engine."""
+    """Turn threads, a sweep thread, a timer thread and a heartbeat thread sharing one
+    engine."""
 
     def __init__(self, *, threads: int, sweep: bool = True) -> None:
         self.dispatcher = LocalDispatcher()
@@ -47,6 +52,9 @@ class InProcessWorker:
             self._spawn(self._turn_loop, f"weft-turn-{index}")
         if self._sweep:
             self._spawn(self._sweep_loop, "weft-sweep")
+        if weft_settings.NOTIFY and get_store().notices.available:
+            self._spawn(self._listen_loop, "weft-listen")
+        self._spawn(self._timer_loop, "weft-timers")
         self._heartbeat.start()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
@@ -84,12 +92,19 @@ class InProcessWorker:
                     logger.exception("run %s: %s crashed; %s", work.run_id, what, retried)
                 close_old_connections()
 
+    def _timer_loop(self) -> None:
+        """Release the delayed doorbells (timers: a sleep's end, a rate limit's moment) to
+        the turn threads as they come due, to the millisecond: in a thread of its own, so
+        that a sweep under way does not hold them up."""
+        while not self._stopping.is_set():
+            self.dispatcher.wait_for_due(TIMER_IDLE_WAIT)
+            self.dispatcher.release_due()
+
     def _sweep_loop(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
-                self.dispatcher.release_due()
                 # 0: a run sent elsewhere (say to Celery) but not yet claimed is taken
                 # at once; this sweep's dispatches go to this process's own threads.
                 # Only runs of the workflows registered here are sent to this process's
@@ -110,15 +125,33 @@ class InProcessWorker:
                 # Backing off while the database is away: a tick interval, doubled per
                 # failure up to SWEEP_BACKOFF_MAX, so a restart is noticed within seconds.
                 interval = min(interval * 2 ** min(failures - 1, 10), max(interval, SWEEP_BACKOFF_MAX))
-            pause = interval - (time.monotonic() - started)
-            next_due = self.dispatcher.next_due_in()
-            if next_due is not None:
-                pause = min(pause, next_due)
-            self._stopping.wait(max(pause, 0.0))
+            self._stopping.wait(max(interval - (time.monotonic() - started), 0.0))
+
+    def _listen_loop(self) -> None:
+        """Ring this process's doorbell for each work notice (a run started, signalled or
+        resumed by another process, on PostgreSQL): such a run is claimed at once, not
+        at the next sweep. A lost connection is listened on again, after a backoff."""
+        notices = get_store().notices
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                for run_id, priority, eta in notices.listen(self._stopping.is_set):
+                    failures = 0
+                    ring_turn(self.dispatcher, run_id, eta=eta, priority=priority)
+            except Exception as exc:
+                failures += 1
+                if not database_unavailable(exc):
+                    logger.exception("listening for work notices failed; listening again")
+                elif failures == 1:
+                    logger.warning("work notices: the database is not answering (%s); the sweep finds new "
+                                   "work meanwhile", exc)  # fmt: skip
+                connections.close_all()
+                self._stopping.wait(min(0.1 * 2**failures, SWEEP_BACKOFF_MAX))
 
     def stop(self, timeout: float) -> list[str]:
         """Stop taking work, let running turns finish up to ``timeout``, release the rest."""
         self._stopping.set()
+        self.dispatcher.wake()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             if thread.name.startswith("weft-turn"):

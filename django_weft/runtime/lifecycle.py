@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from ..conf import weft_settings
-from ..engine import codec
+from ..engine import codec, run_logging
 from ..engine.errors import (
     InvalidInput,
     InvalidTransition,
@@ -22,14 +21,15 @@ from ..engine.records import (
 )
 from ..engine.registry import registry
 from ..engine.reset import ResetOutcome, check_cut, replay_kept
+from ..engine.run_logging import get_logger
 from ..models import WorkflowRun
-from .dispatch import delivers, get_dispatcher
+from .dispatch import delivers, get_dispatcher, ring_turn
 from .operations import OPERATIONS, RESET_REASON
 from .process import dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .worker import dispatch_finalizer
 
-logger = logging.getLogger("django_weft.runtime")
+logger = get_logger("django_weft.runtime")
 
 
 def _on_live_run(ref: str | uuid.UUID, transition: Callable[[WorkflowRun], Any]) -> WorkflowRun:
@@ -96,7 +96,7 @@ def cancel(ref: str | uuid.UUID, reason: str | None = None, *, mode: str = "term
 
     run = _on_live_run(ref, transition)
     logger.info("run %s (%s %s): cancelled%s", run.pk, run.workflow_name, run.workflow_id,
-                f" ({reason})" if reason else "")  # fmt: skip
+                f" ({reason})" if reason else "", extra=_fields(run))  # fmt: skip
     _close_children(str(run.pk), f"its parent run {run.pk} was cancelled")
     return RunStatus.CANCELLED
 
@@ -115,16 +115,21 @@ def _request_cancel(ref: str | uuid.UUID, reason: str | None) -> str:
     requested = outcome[0]
     if requested.duplicate:
         logger.info("run %s (%s %s): a cancellation request is pending already", run.pk, run.workflow_name,
-                    run.workflow_id)  # fmt: skip
+                    run.workflow_id, extra=_fields(run))  # fmt: skip
     else:
         logger.info("run %s (%s %s): cancellation requested%s", run.pk, run.workflow_name, run.workflow_id,
-                    f" ({reason})" if reason else "")  # fmt: skip
+                    f" ({reason})" if reason else "", extra=_fields(run))  # fmt: skip
     return str(requested.status)
+
+
+def _fields(run: WorkflowRun) -> dict[str, Any]:
+    return run_logging.fields_of(run.pk, run.workflow_id, run.workflow_name)
 
 
 def _close_children(run_id: str, reason: str) -> None:
     for child in get_store().turns.close_children(run_id, reason):
-        logger.info("run %s: parent-close policy applied, its parent run %s was cancelled", child, run_id)
+        logger.info("run %s: parent-close policy applied, its parent run %s was cancelled", child, run_id,
+                    extra=run_logging.fields_of(child))  # fmt: skip
         dispatch_on_commit(child)
 
 
@@ -135,7 +140,7 @@ def suspend(ref: str | uuid.UUID) -> str:
     Raises ``InvalidTransition`` for other states (``WorkflowTerminalError`` if finished)."""
     store = get_store()
     run = _on_live_run(ref, lambda run: store.transitions.suspend(run.pk))
-    logger.info("run %s (%s %s): suspended", run.pk, run.workflow_name, run.workflow_id)
+    logger.info("run %s (%s %s): suspended", run.pk, run.workflow_name, run.workflow_id, extra=_fields(run))
     return RunStatus.SUSPENDED
 
 
@@ -150,7 +155,7 @@ def resume(ref: str | uuid.UUID) -> str:
         dispatch_on_commit(str(run.pk))
 
     run = _on_live_run(ref, transition)
-    logger.info("run %s (%s %s): resumed", run.pk, run.workflow_name, run.workflow_id)
+    logger.info("run %s (%s %s): resumed", run.pk, run.workflow_name, run.workflow_id, extra=_fields(run))
     return RunStatus.RUNNING
 
 
@@ -167,7 +172,7 @@ def retry(ref: str | uuid.UUID) -> str:
         dispatch_on_commit(str(run.pk))
     removed = outcome.removed_from
     logger.info("run %s (%s %s): retried%s", run.pk, run.workflow_name, run.workflow_id,
-                f" from position {removed}" if removed is not None else "")  # fmt: skip
+                f" from position {removed}" if removed is not None else "", extra=_fields(run))  # fmt: skip
     return RunStatus.RUNNING
 
 
@@ -238,13 +243,13 @@ def reset(
             dispatched=delivers(dispatcher),
         )
     logger.info("run %s (%s %s): reset to position %s as run %s (%s)", run.pk, run.workflow_name,
-                run.workflow_id, to_seq, outcome.run_id, reason)  # fmt: skip
+                run.workflow_id, to_seq, outcome.run_id, reason, extra=_fields(run))  # fmt: skip
     if outcome.closed:
         _close_children(str(run.pk), f"its parent run {run.pk} was reset")
     # Rung after the old run's children are closed: a child the new run starts again at
     # the same position takes the same workflow id, which a live child would still hold.
     if delivers(dispatcher):
-        dispatcher.dispatch_turn(outcome.run_id)
+        ring_turn(dispatcher, outcome.run_id, priority=run.priority)  # the new run keeps the priority
     return outcome
 
 

@@ -4,18 +4,17 @@ a read-only replay)."""
 from __future__ import annotations
 
 import inspect
-import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
 
 from ..conf import weft_settings
-from ..engine import codec
+from ..engine import codec, observe, run_logging
 from ..engine.context import (
     MAX_MESSAGE_NAME_LENGTH,
     WorkflowContext,
@@ -41,16 +40,18 @@ from ..engine.records import (
     TERMINAL_STATUSES,
     ClaimedRun,
 )
+from ..engine.run_logging import get_logger
 from ..engine.unwind import Unwind
 from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
+from .awaiting import UPDATE_BACKOFF, Found, Pending, await_for, once, wait_for
 from .dispatch import delivers, get_dispatcher
 from .operations import OPERATIONS, UPDATE_WAIT_DEFAULT, WaitRule
 from .process import dispatch_on_commit, get_engine, get_store
 from .reading import get_run
 from .validation import validate_payload
 
-logger = logging.getLogger("django_weft.runtime")
+logger = get_logger("django_weft.runtime")
 
 
 @dataclass(frozen=True)
@@ -111,22 +112,32 @@ def signal(
     Raises ``WorkflowNotFound``, ``WorkflowTerminalError`` (the run has finished:
     nothing is stored) or ``InvalidInput`` / ``PayloadError`` for a bad name, id or
     payload (over ``WEFT_MAX_PAYLOAD_BYTES``)."""
-    name = _message_name(name, "signal")
-    key = _message_key(signal_id, "signal_id") if signal_id is not None else None
-    value = _encode_payload(payload, f"the payload of signal {name}")
-    run = get_run(ref)
-    store = get_store()
-    with transaction.atomic(using=store.alias):
-        stored, duplicate, woken = store.intake.deliver_signal(
-            run.pk, name, value, key, dispatched=delivers(get_dispatcher())
-        )
-        if woken:
-            dispatch_on_commit(str(run.pk))
-    if not duplicate:
-        logger.info(
-            "run %s: signal %s received (#%s)%s", run.pk, name, stored.pk, " and woke it" if woken else ""
-        )
-    return _accepted(stored, duplicate)
+    with observe.message_received("signal", name, ref) as seen:
+        name = _message_name(name, "signal")
+        key = _message_key(signal_id, "signal_id") if signal_id is not None else None
+        value = _encode_payload(payload, f"the payload of signal {name}")
+        run = get_run(ref)
+        seen.run_id, seen.workflow = str(run.pk), run.workflow_name
+        store = get_store()
+        with transaction.atomic(using=store.alias):
+            stored, duplicate, woken = store.intake.deliver_signal(
+                run.pk,
+                name,
+                value,
+                key,
+                dispatched=delivers(get_dispatcher()),
+                trace_context=observe.start_carrier(),
+            )
+            if woken:
+                dispatch_on_commit(str(run.pk))
+        if not duplicate:
+            logger.info(
+                "run %s: signal %s received (#%s)%s", run.pk, name, stored.pk,
+                " and woke it" if woken else "",
+                extra=run_logging.fields_of(run.pk, run.workflow_id, run.workflow_name),
+            )  # fmt: skip
+        seen.outcome = "duplicate" if duplicate else "stored"
+        return _accepted(stored, duplicate)
 
 
 def _replay(run: WorkflowRun) -> WorkflowContext:
@@ -203,34 +214,38 @@ def query(ref: str | uuid.UUID, name: str, args: list[Any] | tuple[Any, ...] | N
 
     Raises ``UnknownHandler`` (listing the registered names), ``QueryFailed`` when the
     handler raises, ``NonDeterminismError`` when the code no longer matches the history."""
-    name = _message_name(name, "query")
-    if args is None:
-        args = []
-    if not isinstance(args, list | tuple):
-        raise InvalidInput(f"query args must be a list; got {type(args).__name__}")
-    values = _encode_payload(list(args), f"the arguments of query {name}")
-    run = get_run(ref)
-    ctx = _replay(run)
-    handler = ctx.query_handlers.get(name)
-    if handler is None:
-        raise _unknown_handler("query", name, run, ctx)
-    try:
-        value = handler(*values)
-        return codec.roundtrip(value, what=f"the result of query {name}")[0]
-    except Unwind:
-        raise QueryFailed(
-            f"query {name!r} of run {run.pk} called a workflow operation (ctx.run, ctx.now, a wait...); "
-            "query handlers may only read the workflow's state",
-            run_id=str(run.pk),
-            name=name,
-        ) from None
-    except Exception as exc:
-        raise QueryFailed(
-            f"query {name!r} of run {run.pk} failed: {type(exc).__name__}: {exc}",
-            run_id=str(run.pk),
-            name=name,
-            error=describe_exception(exc),
-        ) from exc
+    with observe.message_received("query", name, ref) as seen:
+        name = _message_name(name, "query")
+        if args is None:
+            args = []
+        if not isinstance(args, list | tuple):
+            raise InvalidInput(f"query args must be a list; got {type(args).__name__}")
+        values = _encode_payload(list(args), f"the arguments of query {name}")
+        run = get_run(ref)
+        seen.run_id, seen.workflow = str(run.pk), run.workflow_name
+        ctx = _replay(run)
+        handler = ctx.query_handlers.get(name)
+        if handler is None:
+            raise _unknown_handler("query", name, run, ctx)
+        try:
+            value = handler(*values)
+            answer = codec.roundtrip(value, what=f"the result of query {name}")[0]
+            seen.outcome = "answered"
+            return answer
+        except Unwind:
+            raise QueryFailed(
+                f"query {name!r} of run {run.pk} called a workflow operation (ctx.run, ctx.now, a wait...); "
+                "query handlers may only read the workflow's state",
+                run_id=str(run.pk),
+                name=name,
+            ) from None
+        except Exception as exc:
+            raise QueryFailed(
+                f"query {name!r} of run {run.pk} failed: {type(exc).__name__}: {exc}",
+                run_id=str(run.pk),
+                name=name,
+                error=describe_exception(exc),
+            ) from exc
 
 
 def _unknown_handler(kind: str, name: str, run: WorkflowRun, ctx: WorkflowContext) -> UnknownHandler:
@@ -266,46 +281,100 @@ def update(
     ``update_id`` runs nothing new and returns (or waits for) the stored outcome.
     Raises ``UpdateFailed`` when the handler raised, ``WorkflowTerminalError`` for a
     finished run, ``UnknownHandler`` for a name the workflow does not handle."""
-    name = _message_name(name, "update")
-    key = _message_key(update_id, "update_id") if update_id is not None else uuid.uuid4().hex
-    seconds = _UPDATE_WAIT.check(wait)
-    value = _encode_payload(payload, f"the payload of update {name}")
-    run = get_run(ref)
-    existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()
-    if existing is None:
-        if run.status in TERMINAL_STATUSES:
-            raise _terminal(run, f"update {name!r}")
-        ctx = _replay(run)
-        entry = ctx.update_handlers.get(name)
-        if entry is None and handled_updates(run.waiting_on, run.status) is not None:
-            # The run waits at a point where no handler of that name exists.
-            raise _unknown_handler("update", name, run, ctx)
-        if entry is not None:
-            validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
-        # else: the run has not got to a blocking point yet (it was started a moment ago,
-        # or is running inline steps), so it may still register the handler: store the
-        # update, and the run validates and applies it, or rejects it as unknown, when
-        # it blocks next.
-        store = get_store()
-        with transaction.atomic(using=store.alias):
-            existing, created, woken = store.intake.accept_update(
-                run.pk, key, name, value, dispatched=delivers(get_dispatcher()), validated=entry is not None
+    pk, seconds = accept_update(ref, name, payload, update_id=update_id, wait=wait)
+    return wait_for(look_at_update, pk, seconds, UPDATE_BACKOFF)
+
+
+async def aupdate(
+    ref: str | uuid.UUID,
+    name: str,
+    payload: Any = None,
+    *,
+    update_id: str | None = None,
+    wait: Duration = UPDATE_WAIT_DEFAULT,
+) -> Any:
+    """:func:`update` for a coroutine. The update is validated and stored by one call
+    on the caller's sync thread (:func:`~django_weft.runtime.awaiting.once`); waiting
+    for its outcome holds no thread and no connection between looks
+    (:func:`~django_weft.runtime.awaiting.await_for`)."""
+    pk, seconds = await once(accept_update)(ref, name, payload, update_id=update_id, wait=wait)
+    return await await_for(look_at_update, pk, seconds, UPDATE_BACKOFF)
+
+
+def accept_update(
+    ref: str | uuid.UUID,
+    name: str,
+    payload: Any = None,
+    *,
+    update_id: str | None = None,
+    wait: Duration = UPDATE_WAIT_DEFAULT,
+) -> tuple[int, float]:
+    """The part of :func:`update` before the wait: validate the update and store it
+    (a repeated ``update_id`` finds the stored one). Returns the update's row id and the
+    wait in seconds."""
+    with observe.message_received("update", name, ref) as seen:
+        name = _message_name(name, "update")
+        key = _message_key(update_id, "update_id") if update_id is not None else uuid.uuid4().hex
+        seconds = _UPDATE_WAIT.check(wait)
+        value = _encode_payload(payload, f"the payload of update {name}")
+        run = get_run(ref)
+        seen.run_id, seen.workflow = str(run.pk), run.workflow_name
+        existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()
+        if existing is None:
+            if run.status in TERMINAL_STATUSES:
+                raise _terminal(run, f"update {name!r}")
+            ctx = _replay(run)
+            entry = ctx.update_handlers.get(name)
+            if entry is None and handled_updates(run.waiting_on, run.status) is not None:
+                # The run waits at a point where no handler of that name exists.
+                raise _unknown_handler("update", name, run, ctx)
+            if entry is not None:
+                validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
+            # else: the run has not got to a blocking point yet (it was started a moment ago,
+            # or is running inline steps), so it may still register the handler: store the
+            # update, and the run validates and applies it, or rejects it as unknown, when
+            # it blocks next.
+            store = get_store()
+            with transaction.atomic(using=store.alias):
+                existing, created, woken = store.intake.accept_update(
+                    run.pk,
+                    key,
+                    name,
+                    value,
+                    dispatched=delivers(get_dispatcher()),
+                    validated=entry is not None,
+                    trace_context=observe.start_carrier(),
+                )
+                if woken:
+                    dispatch_on_commit(str(run.pk))
+            if created:
+                logger.info(
+                    "run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "",
+                    extra=run_logging.fields_of(run.pk, run.workflow_id, run.workflow_name),
+                )  # fmt: skip
+        if existing.name != name:
+            raise InvalidInput(
+                f"update_id {key!r} of run {run.pk} was used for update {existing.name!r}, not {name!r}; "
+                "use a new update_id"
             )
-            if woken:
-                dispatch_on_commit(str(run.pk))
-        if created:
-            logger.info("run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "")
-    if existing.name != name:
-        raise InvalidInput(
-            f"update_id {key!r} of run {run.pk} was used for update {existing.name!r}, not {name!r}; "
-            "use a new update_id"
-        )
-    return _await_update(existing.pk, seconds)
+        seen.outcome = "accepted"
+        return existing.pk, seconds
 
 
 def update_result(ref: str | uuid.UUID, update_id: str, *, wait: Duration = 0) -> Any:
     """The outcome of an accepted update: its result, or ``UpdateFailed``; waits up to
     ``wait`` seconds for it, then raises ``UpdateTimeout``."""
+    pk, seconds = _stored_update(ref, update_id, wait)
+    return wait_for(look_at_update, pk, seconds, UPDATE_BACKOFF)
+
+
+async def aupdate_result(ref: str | uuid.UUID, update_id: str, *, wait: Duration = 0) -> Any:
+    """:func:`update_result` for a coroutine (waits as :func:`aupdate` does)."""
+    pk, seconds = await once(_stored_update)(ref, update_id, wait)
+    return await await_for(look_at_update, pk, seconds, UPDATE_BACKOFF)
+
+
+def _stored_update(ref: str | uuid.UUID, update_id: str, wait: Duration) -> tuple[int, float]:
     key = _message_key(update_id, "update_id")
     seconds = parse_duration(wait, what="wait")
     run = get_run(ref)
@@ -317,19 +386,19 @@ def update_result(ref: str | uuid.UUID, update_id: str, *, wait: Duration = 0) -
     )
     if pk is None:
         raise UpdateNotFound(f"run {run.pk} has no update with update_id {key!r}", run_id=str(run.pk))
-    return _await_update(pk, seconds)
+    return pk, seconds
 
 
-def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
-    deadline = time.monotonic() + wait
+def look_at_update(pk: int) -> Found | Pending[int]:
+    """One look at an update awaited for its outcome: the handler's result, its error
+    (raised), or the row to look at next time (the copy on the run a reset started)."""
     updates = Update.objects.using(weft_settings.DATABASE_ALIAS)
-    delay = poll
     while True:
         row = updates.filter(pk=pk).values("status", "result", "error", "update_id", "run_id", "name").first()
         if row is None:
             raise UpdateNotFound(f"update {pk} no longer exists: its run was purged")
         if row["status"] == UpdateStatus.COMPLETED:
-            return row["result"]
+            return Found(row["result"])
         if row["status"] in (UpdateStatus.FAILED, UpdateStatus.REJECTED):
             error = row["error"] or {}
             carried = _carried_by_reset(error, row["update_id"])
@@ -355,16 +424,16 @@ def _await_update(pk: int, wait: float, poll: float = 0.002) -> Any:
                 error_message=error.get("message"),
                 error_traceback=error.get("traceback"),
             )
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise UpdateTimeout(
-                f"update {row['name']!r} of run {row['run_id']} is accepted but not applied yet "
-                f"after {wait} s; poll with update_result(..., {row['update_id']!r})",
-                run_id=str(row["run_id"]),
-                update_id=row["update_id"],
-            )
-        time.sleep(min(delay, remaining))
-        delay = min(delay * 1.5, 0.1)
+        return Pending(pk, partial(_update_timeout, row["name"], str(row["run_id"]), row["update_id"]))
+
+
+def _update_timeout(name: str, run_id: str, update_id: str, wait: float) -> UpdateTimeout:
+    return UpdateTimeout(
+        f"update {name!r} of run {run_id} is accepted but not applied yet after {wait} s; "
+        f"poll with update_result(..., {update_id!r})",
+        run_id=run_id,
+        update_id=update_id,
+    )
 
 
 def _carried_by_reset(error: dict[str, Any], update_id: str) -> int | None:

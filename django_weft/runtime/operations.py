@@ -1,12 +1,13 @@
 """Every operation a person can perform on a run or a schedule, described once.
 
 An :class:`Operation` says what the operation needs (the ``django_weft`` model permissions),
-what input it takes and within which limits (:class:`TextRule`, :class:`WaitRule`, the
-choices of its options), and which runs or schedules it leaves as they are and why
-(:meth:`Operation.refusal_for`). The admin's forms and permission checks, the REST
-serializers and permission class, the management commands and the runtime's own checks
-read these descriptions: a limit is written here and nowhere else, and the runtime
-enforces it, so a limit checked at a surface and again in the runtime cannot disagree.
+what input it takes and within which limits (:class:`TextRule`, :class:`WaitRule`,
+:class:`WholeNumberRule`, the choices of its options), and which runs or schedules it
+leaves as they are and why (:meth:`Operation.refusal_for`). The admin's forms and
+permission checks, the REST serializers and permission class, the management commands
+and the runtime's own checks read these descriptions: a limit is written here and
+nowhere else, and the runtime enforces it, so a limit checked at a surface and again in
+the runtime cannot disagree.
 
 Surfaces look an operation up with :func:`operation` (``operation("cancel").reason``);
 :data:`OPERATIONS` lists them all.
@@ -23,6 +24,7 @@ from ..conf import weft_settings
 from ..engine import codec
 from ..engine.durations import parse_duration
 from ..engine.errors import InvalidInput
+from ..engine.flow import PRIORITY_MAX, PRIORITY_MIN
 from ..engine.records import ACTIVE_STATUSES, TERMINAL_STATUSES, RunStatus
 from ..engine.schedule_spec import InvalidSchedule
 from ..models import Schedule, WorkflowRun
@@ -116,6 +118,33 @@ class WaitRule:
 
 
 @dataclass(frozen=True)
+class WholeNumberRule:
+    """A whole number within a range: a start's priority."""
+
+    field: str
+    """The input's name at every surface (``priority``)."""
+    minimum: int
+    maximum: int
+    default: int = 0
+    meaning: str = ""
+    """What the number does, in a few words an error and a form's help repeat
+    ("higher runs first")."""
+
+    def check(self, value: Any) -> int:
+        """``value`` if it is a whole number from :attr:`minimum` to :attr:`maximum` (not a
+        bool, a float or a numeric string: a caller that sends ``"5"`` is told so), else
+        ``InvalidInput`` naming :attr:`field` and the range."""
+        if isinstance(value, bool) or not isinstance(value, int) or not self.minimum <= value <= self.maximum:
+            meaning = f" ({self.meaning})" if self.meaning else ""
+            raise InvalidInput(
+                f"{self.field} must be a whole number from {self.minimum} to {self.maximum}{meaning}; "
+                f"got {value!r}",
+                field=self.field,
+            )
+        return value
+
+
+@dataclass(frozen=True)
 class Choice:
     """One choice of an option, with the words a form shows beside it."""
 
@@ -137,6 +166,8 @@ class Operation:
     reason: TextRule | None = None
     """The reason or note it takes, if any."""
     wait: WaitRule | None = None
+    priority: WholeNumberRule | None = None
+    """The priority it takes, if any (a start's)."""
     choices: Mapping[str, tuple[Choice, ...]] = field(default_factory=dict)
     """Each option's choices."""
     applies_to: frozenset[str] | None = None
@@ -208,6 +239,11 @@ RESET_REASON = TextRule(
     missing="a reset needs a reason (a non-empty string), stored on both runs",
 )
 SCHEDULE_NOTE = TextRule("the note", "note", error=InvalidSchedule)
+START_PRIORITY = WholeNumberRule(
+    "priority", PRIORITY_MIN, PRIORITY_MAX, default=0, meaning="higher runs first"
+)
+"""A start's priority (docs/how-to/flow-control.md): it orders the runs waiting for a
+worker and those queued for a concurrency slot. The range is Django's tasks'."""
 
 CANCEL_MODES = (
     Choice("terminate", "Cancel now"),
@@ -228,7 +264,14 @@ OPERATIONS: Mapping[str, Operation] = {
     for operation in (
         # -- runs
         Operation("view", "run", ("view_workflowrun",), "View"),
-        Operation("start", "run", ("add_workflowrun",), "Start", choices={"on_conflict": ON_CONFLICT}),
+        Operation(
+            "start",
+            "run",
+            ("add_workflowrun",),
+            "Start",
+            priority=START_PRIORITY,
+            choices={"on_conflict": ON_CONFLICT},
+        ),
         Operation("signal", "run", ("signal_workflowrun",), "Signal"),
         Operation("update", "run", ("update_workflowrun",), "Update", wait=WaitRule()),
         Operation("query", "run", ("view_workflowrun",), "Query"),
@@ -337,11 +380,13 @@ __all__ = [
     "REASON_MAX_LENGTH",
     "RESET_REASON",
     "SCHEDULE_NOTE",
+    "START_PRIORITY",
     "UPDATE_WAIT_DEFAULT",
     "Choice",
     "Operation",
     "TextRule",
     "WaitRule",
+    "WholeNumberRule",
     "operation",
     "status_words",
 ]

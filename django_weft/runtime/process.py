@@ -1,4 +1,5 @@
-"""This process's engine and store, the live dispatcher, and the on-commit doorbell."""
+"""This process's engine and store, the database each read goes to, the live dispatcher,
+and the on-commit doorbell."""
 
 from __future__ import annotations
 
@@ -7,23 +8,33 @@ import threading
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Model
 
 from ..conf import weft_settings
 from ..engine.executor import Engine
 from ..store import DjangoStore
-from .dispatch import delivers, get_dispatcher
+from .dispatch import delivers, get_dispatcher, ring_activity, ring_turn
 
 
 class CurrentDispatcher:
     """Resolves the dispatcher at each call, so settings and overrides apply live."""
 
-    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
-        get_dispatcher().dispatch_turn(run_id, eta=eta)
+    takes_priority = True
+
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
+        ring_turn(get_dispatcher(), run_id, eta=eta, priority=priority)
 
     def dispatch_activity(
-        self, run_id: str, seq: int, attempt: int, *, queue: str, timeout: float | None = None
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        *,
+        queue: str,
+        timeout: float | None = None,
+        priority: int = 0,
     ) -> None:
-        get_dispatcher().dispatch_activity(run_id, seq, attempt, queue=queue, timeout=timeout)
+        ring_activity(get_dispatcher(), run_id, seq, attempt, queue=queue, timeout=timeout, priority=priority)
 
 
 _engine_lock = threading.Lock()
@@ -31,9 +42,34 @@ _engine: Engine | None = None
 _engine_pid = 0
 
 
-def get_store() -> DjangoStore:
-    """The store, its areas as attributes (``get_store().turns``, ``.schedules``, ...)."""
-    return DjangoStore()
+def reading_alias(*, may_lag: bool = False, same_database_as: Model | None = None) -> str:
+    """The database alias a read goes to; every choice of one is made here
+    (docs/explanation/scaling.md, "Read replicas").
+
+    By default the primary, ``WEFT_DATABASE_ALIAS``, where every write and lock goes, so
+    the read sees every write committed before it. ``may_lag=True``: ``WEFT_READ_DATABASE``
+    (the primary when it is unset), for a page that only shows rows and may show them as
+    they were a moment ago. ``same_database_as``: the database that row was read from, so
+    that what a page reads about a row comes from where the row came from, as Django
+    reads a related object from its instance's database (a row never read from a
+    database, made in memory, counts as the primary's).
+
+    The alias is always named (``using``), never left to ``DATABASE_ROUTERS``: a router's
+    ``db_for_read`` cannot tell a read that must see the latest writes from one that may
+    lag, so with ``WEFT_READ_DATABASE`` unset nothing is read from another database,
+    whatever the routers say."""
+    if same_database_as is not None:
+        return same_database_as._state.db or weft_settings.DATABASE_ALIAS
+    return weft_settings.READ_DATABASE if may_lag else weft_settings.DATABASE_ALIAS
+
+
+def get_store(*, may_lag: bool = False, same_database_as: Model | None = None) -> DjangoStore:
+    """The store, its areas as attributes (``get_store().turns``, ``.schedules``, ...), on
+    the primary database. With ``may_lag`` or ``same_database_as``, on the database
+    :func:`reading_alias` names for them: for reads only (a replica refuses writes)."""
+    if not may_lag and same_database_as is None:
+        return DjangoStore()
+    return DjangoStore(reading_alias(may_lag=may_lag, same_database_as=same_database_as))
 
 
 def get_engine() -> Engine:
@@ -46,10 +82,20 @@ def get_engine() -> Engine:
         return _engine
 
 
-def dispatch_on_commit(run_id: str, *, eta: datetime | None = None) -> None:
-    """Ring the run's doorbell once the current transaction commits (if the configured
-    dispatcher delivers anything; the sweep finds the run otherwise)."""
+def dispatch_on_commit(run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
+    """Ring the run's doorbell once the current transaction commits. With a dispatcher
+    that delivers nothing (a web process beside ``weft_worker``), on PostgreSQL with
+    ``WEFT_NOTIFY``, a ``NOTIFY`` in the transaction tells the listening workers at its
+    commit; the sweep finds the run otherwise."""
     dispatcher = get_dispatcher()
     if delivers(dispatcher):
         alias = weft_settings.DATABASE_ALIAS
-        transaction.on_commit(lambda: dispatcher.dispatch_turn(run_id, eta=eta), using=alias)
+        transaction.on_commit(lambda: ring_turn(dispatcher, run_id, eta=eta, priority=priority), using=alias)
+    elif weft_settings.NOTIFY:
+        get_store().intake.notify_workers(run_id, priority=priority, eta=eta)
+
+
+def sends_notices() -> bool:
+    """Whether new work made in this process is told to the workers by a notice
+    (:func:`dispatch_on_commit`): no delivering dispatcher, ``WEFT_NOTIFY``, PostgreSQL."""
+    return not delivers(get_dispatcher()) and weft_settings.NOTIFY and get_store().notices.available

@@ -1,20 +1,25 @@
 """Reading runs: look-up by run id or workflow id, description, history, a run's latest
 signals, updates and timers, waiting for a result, and the figures of ``weft_status`` and
-the admin's dashboard."""
+the admin's dashboard.
+
+Every read here goes to the primary database unless its caller says it may lag
+(``may_lag=True``: a page that only shows rows, read from ``WEFT_READ_DATABASE``); a read
+about a row already read (a run's history, its signals) goes where that row was read
+from. :func:`~.process.reading_alias` makes the choice
+(docs/explanation/scaling.md, "Read replicas")."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Generic, TypeVar
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Model, Q, QuerySet
 from django.db.models.functions import TruncMinute
 
-from ..conf import weft_settings
 from ..engine import codec
 from ..engine.error_types import ErrorType
 from ..engine.errors import (
@@ -28,20 +33,36 @@ from ..engine.records import (
     TERMINAL_STATUSES,
     RunStatus,
 )
-from ..models import Signal, Step, Timer, Update, WorkflowRun
+from ..models import Schedule, Signal, Step, Timer, Update, WorkflowRun
+from ..models.querysets import WorkflowRunQuerySet
 from ..models.runs import WORKFLOW_ID_MAX_LENGTH
-from .process import get_store
+from .awaiting import RESULT_BACKOFF, Found, Pending, await_for, wait_for
+from .process import get_store, reading_alias
 from .records import HistoryEntry, RunRecord, SignalRecord, TimerRecord, UpdateRecord
 
 
-def get_run(ref: str | uuid.UUID) -> WorkflowRun:
-    """The run with this run id, or the latest run with this workflow id.
+def run_queryset(*, may_lag: bool = False, same_database_as: Model | None = None) -> WorkflowRunQuerySet:
+    """Every run, on the primary database, or with ``may_lag`` on ``WEFT_READ_DATABASE``,
+    or on the database ``same_database_as`` was read from (:func:`~.process.reading_alias`):
+    what the admin's and the API's lists filter."""
+    return WorkflowRun.objects.using(reading_alias(may_lag=may_lag, same_database_as=same_database_as)).all()
+
+
+def schedule_queryset(*, may_lag: bool = False, same_database_as: Model | None = None) -> QuerySet[Schedule]:
+    """Every schedule, read as :func:`run_queryset` reads runs."""
+    return Schedule.objects.using(reading_alias(may_lag=may_lag, same_database_as=same_database_as)).all()
+
+
+def get_run(ref: str | uuid.UUID, *, may_lag: bool = False) -> WorkflowRun:
+    """The run with this run id, or the latest run with this workflow id; from the primary
+    database, or with ``may_lag`` (a page that only shows it) from ``WEFT_READ_DATABASE``,
+    where a run started a moment ago may not be yet.
 
     Raises ``WorkflowNotFound`` when there is none, without a query for a reference no
     run can have (a NUL or another control character, a lone surrogate, longer than a
     workflow id may be): every caller, whatever surface it serves, is covered, and the
     database never sees text it would refuse."""
-    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+    runs = run_queryset(may_lag=may_lag)
     run = None
     try:
         run_uuid = ref if isinstance(ref, uuid.UUID) else uuid.UUID(str(ref))
@@ -68,6 +89,21 @@ def read_run(ref: str | uuid.UUID) -> RunRecord:
     return RunRecord.of(get_run(ref))
 
 
+def read_run_at(run_id: uuid.UUID, seq: int) -> tuple[RunRecord, HistoryEntry | None]:
+    """The run with run id ``run_id`` and its step at position ``seq`` (``None`` if it has
+    none yet): one query when the step exists. Raises ``WorkflowNotFound``."""
+    step = (
+        Step.objects.using(reading_alias())
+        .select_related("run")
+        .filter(run_id=run_id, seq=seq)
+        .order_by()
+        .first()
+    )
+    if step is not None:
+        return RunRecord.of(step.run), HistoryEntry.of(step)
+    return read_run(run_id), None
+
+
 _ENTRY_COLUMNS = tuple(field.name for field in fields(HistoryEntry))
 """The step columns a :class:`HistoryEntry` is made of (same names)."""
 _PAYLOAD_COLUMNS = ("args", "result")
@@ -79,18 +115,22 @@ def read_history(run: WorkflowRun, *, payloads: bool = True) -> list[HistoryEntr
     With ``payloads=False`` the steps' ``args`` and ``result`` are not read (``None`` in
     the entries): for a view of a long history that shows neither, like the admin's
     timeline, which reads the payloads of the steps it lists with :func:`read_steps_at`.
-    Rows are read as tuples, without making model instances."""
+    Rows are read as tuples, without making model instances, from the database ``run``
+    was read from."""
     columns = _ENTRY_COLUMNS if payloads else tuple(c for c in _ENTRY_COLUMNS if c not in _PAYLOAD_COLUMNS)
     unread: dict[str, Any] = {} if payloads else dict.fromkeys(_PAYLOAD_COLUMNS)
-    steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run).order_by("seq")
+    steps = Step.objects.using(reading_alias(same_database_as=run)).filter(run=run).order_by("seq")
     return [
         HistoryEntry(**dict(zip(columns, row, strict=True)), **unread) for row in steps.values_list(*columns)
     ]
 
 
-def read_steps_at(positions: Mapping[str, Iterable[int]]) -> dict[str, dict[int, HistoryEntry]]:
+def read_steps_at(
+    positions: Mapping[str, Iterable[int]], *, may_lag: bool = False, same_database_as: Model | None = None
+) -> dict[str, dict[int, HistoryEntry]]:
     """The recorded steps at the given positions of several runs (run id -> seqs), in one
-    query: what a page of parked runs waits on. Positions without a step are left out."""
+    query: what a page of parked runs waits on. Positions without a step are left out.
+    Read where :func:`~.process.reading_alias` says for ``may_lag`` and ``same_database_as``."""
     wanted = Q()
     for run_id, seqs in positions.items():
         listed = sorted(set(seqs))
@@ -100,7 +140,8 @@ def read_steps_at(positions: Mapping[str, Iterable[int]]) -> dict[str, dict[int,
     if not wanted:
         return found
     # No order: Step's default ordering would join the run table to sort by it.
-    steps = Step.objects.using(weft_settings.DATABASE_ALIAS).filter(wanted).order_by()
+    alias = reading_alias(may_lag=may_lag, same_database_as=same_database_as)
+    steps = Step.objects.using(alias).filter(wanted).order_by()
     for run_id, *row in steps.values_list("run_id", *_ENTRY_COLUMNS):
         entry = HistoryEntry(**dict(zip(_ENTRY_COLUMNS, row, strict=True)))
         found.setdefault(str(run_id), {})[entry.seq] = entry
@@ -124,15 +165,16 @@ class Latest(Generic[_Row]):
 
 
 def read_signals(run: WorkflowRun, *, limit: int = 50) -> Latest[SignalRecord]:
-    """The run's latest ``limit`` signals, newest first, consumed or buffered."""
-    signals = Signal.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run)
+    """The run's latest ``limit`` signals, newest first, consumed or buffered (from the
+    database ``run`` was read from, as the two lists below)."""
+    signals = Signal.objects.using(reading_alias(same_database_as=run)).filter(run=run)
     rows = [SignalRecord.of(signal) for signal in signals.order_by("-id")[:limit]]
     return Latest(rows, _total(signals, rows, limit))
 
 
 def read_updates(run: WorkflowRun, *, limit: int = 50) -> Latest[UpdateRecord]:
     """The run's latest ``limit`` updates, newest first, with their outcomes."""
-    updates = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run)
+    updates = Update.objects.using(reading_alias(same_database_as=run)).filter(run=run)
     rows = [UpdateRecord.of(update) for update in updates.order_by("-id")[:limit]]
     return Latest(rows, _total(updates, rows, limit))
 
@@ -140,7 +182,7 @@ def read_updates(run: WorkflowRun, *, limit: int = 50) -> Latest[UpdateRecord]:
 def read_timers(run: WorkflowRun, *, limit: int = 50) -> Latest[TimerRecord]:
     """The run's timers, the latest-firing ``limit`` first: those not fired yet and those
     fired and kept (a fired timer may be removed once its wait is over)."""
-    timers = Timer.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run)
+    timers = Timer.objects.using(reading_alias(same_database_as=run)).filter(run=run)
     rows = [TimerRecord.of(timer) for timer in timers.order_by("-fire_at", "-id")[:limit]]
     return Latest(rows, _total(timers, rows, limit))
 
@@ -160,23 +202,35 @@ def history(run: WorkflowRun) -> list[dict[str, Any]]:
     return [entry.as_dict() for entry in read_history(run)]
 
 
-def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
-    """Wait for the run to finish and return its result, or raise its outcome's error.
+def result_of(run_id: str, timeout: float | None = None) -> Any:
+    """Wait for the run to finish and return its result, or raise its outcome's error
+    (``ResultTimeout`` after ``timeout`` seconds).
 
     A ``continued`` run is followed to its successor, and a run closed by a reset to the
-    run that replaced it (a finished run reset later keeps its own outcome).
+    run that replaced it (a finished run reset later keeps its own outcome). Each look is
+    one short autocommit read (:func:`look_at_result`); this thread sleeps between them.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = poll
-    current = str(run_id)
-    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+    return wait_for(look_at_result, str(run_id), timeout, RESULT_BACKOFF)
+
+
+async def aresult_of(run_id: str, timeout: float | None = None) -> Any:
+    """:func:`result_of` for a coroutine: between looks the wait holds no thread and no
+    database connection (:func:`~django_weft.runtime.awaiting.await_for`)."""
+    return await await_for(look_at_result, str(run_id), timeout, RESULT_BACKOFF)
+
+
+def look_at_result(run_id: str) -> Found | Pending[str]:
+    """One look at a run awaited for its result: its result, its outcome's error
+    (raised), or the run to look at next time (a continued or reset run's successor)."""
+    current = run_id
+    runs = run_queryset()
     while True:
         row = runs.filter(pk=current).values("status", "result", "error", "workflow_id").first()
         if row is None:
             raise WorkflowNotFound(f"run {current} no longer exists", ref=current)
         status = row["status"]
         if status == RunStatus.COMPLETED:
-            return row["result"]
+            return Found(row["result"])
         if status == RunStatus.CONTINUED:
             current = (row["result"] or {})["continued_as"]
             continue
@@ -186,15 +240,15 @@ def result_of(run_id: str, timeout: float | None = None, poll: float = 0.01) -> 
             continue
         if status in TERMINAL_STATUSES:
             raise _outcome_error(current, row["workflow_id"], status, row["error"] or {})
-        if deadline is not None and time.monotonic() >= deadline:
-            raise ResultTimeout(
-                f"run {current} is still {status} after {timeout} s; call result() again later",
-                run_id=current,
-                status=status,
-            )
-        pause = delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0))
-        time.sleep(pause)
-        delay = min(delay * 1.5, 0.25)
+        return Pending(current, partial(_result_timeout, current, status))
+
+
+def _result_timeout(run_id: str, status: str, timeout: float) -> ResultTimeout:
+    return ResultTimeout(
+        f"run {run_id} is still {status} after {timeout} s; call result() again later",
+        run_id=run_id,
+        status=status,
+    )
 
 
 def _closed_by_reset(status: str, error: Any) -> str | None:
@@ -248,15 +302,19 @@ class StatusReport:
     """The database clock when the report was read."""
 
 
-def status_report() -> StatusReport:
+def status_report(*, may_lag: bool = False) -> StatusReport:
     """Counts per status and per workflow, the oldest waiting and runnable runs, expired
     leases and due timers, read without a transaction (each figure is exact at its own
     moment; together they are a snapshot within milliseconds).
 
     The counts are one ``GROUP BY workflow_name, status`` over the run table: it reads the
     whole table, so its cost grows with the runs kept (retention bounds them). The other
-    figures read partial indexes (runnable runs, owned leases, unfired timers)."""
-    store = get_store()
+    figures read partial indexes (runnable runs, owned leases, unfired timers).
+
+    With ``may_lag`` (the admin's dashboard) it is read from ``WEFT_READ_DATABASE``: the
+    figures are then those of the moment the replica has replayed to, measured against its
+    clock, so under a lag of seconds leases and due timers look that much older."""
+    store = get_store(may_lag=may_lag)
     runs = WorkflowRun.objects.using(store.alias)
     counts: dict[str, int] = {str(status): 0 for status in RunStatus}
     by_workflow: dict[str, dict[str, int]] = {}
@@ -302,7 +360,9 @@ class FinishedPerMinute:
         return self.start + timedelta(minutes=index)
 
 
-def finished_per_minute(minutes: int = 60, *, now: datetime | None = None) -> FinishedPerMinute:
+def finished_per_minute(
+    minutes: int = 60, *, now: datetime | None = None, may_lag: bool = False
+) -> FinishedPerMinute:
     """How many runs finished in each of the last ``minutes`` minutes, the current minute
     last, from one ``GROUP BY`` on the minute of ``finished_at``. ``now`` defaults to the
     database clock.
@@ -312,13 +372,15 @@ def finished_per_minute(minutes: int = 60, *, now: datetime | None = None) -> Fi
     the table: a run's ``finished_at`` is written in the same statement as its
     ``updated_at``, and ``updated_at`` only grows after that, so a run that finished in
     the window was updated in it. ``finished_at`` itself has no index (it would be one more
-    index write per finished run, for this one query)."""
+    index write per finished run, for this one query). ``may_lag``: read from
+    ``WEFT_READ_DATABASE``."""
     minutes = max(int(minutes), 1)
+    store = get_store(may_lag=may_lag)
     if now is None:
-        now = get_store().db_now()
+        now = store.db_now()
     start = now.astimezone(UTC).replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
     rows = (
-        WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        WorkflowRun.objects.using(store.alias)
         .filter(status__in=sorted(TERMINAL_STATUSES), updated_at__gte=start, finished_at__gte=start)
         .order_by()
         .annotate(minute=TruncMinute("finished_at", tzinfo=UTC))

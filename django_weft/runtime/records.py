@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from ..engine.records import RunStatus
+from ..engine.records import ACTIVE_STATUSES, RunStatus
 from ..models import Signal, Step, Timer, Update, WorkflowRun
 
 
@@ -48,6 +48,15 @@ class RunRecord:
     that run's entries before it), ``reason`` and ``reset_at``; ``None`` if it was not."""
     reset_to: dict[str, Any] | None = None
     """The run that replaced this one by a reset, in the same shape; ``None`` if none did."""
+    priority: int = 0
+    """Its start's priority, -100..100, higher first (docs/how-to/flow-control.md)."""
+    concurrency_key: str | None = None
+    """The key its workflow's concurrency limit counts it by: ``""`` for one limit for the
+    whole workflow, ``None`` when its workflow has no limit."""
+    slot: str = ""
+    """``"held"`` (it holds a concurrency slot), ``"queued"`` (it waits for one) or ``""``
+    (neither: no limit; none taken yet, as a delayed start before it is due or a child
+    before its first claim; or finished, which gives a slot back)."""
     ready_at: datetime | None = None
     """Runnable since (not part of :meth:`as_dict`)."""
 
@@ -78,6 +87,11 @@ class RunRecord:
             cancel_request=run.cancel_request,
             reset_from=run.reset_from,
             reset_to=run.reset_to,
+            priority=run.priority,
+            concurrency_key=run.concurrency_key,
+            # The column keeps its last value after the run ends; a finished run holds and
+            # waits for nothing (docs/explanation/flow-control.md counts active runs only).
+            slot=run.slot if run.status in ACTIVE_STATUSES else "",
             ready_at=run.ready_at,
         )
 

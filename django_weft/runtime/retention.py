@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -14,10 +13,11 @@ from datetime import datetime, timedelta
 from ..conf import weft_settings
 from ..engine.registry import registry
 from ..engine.retention import RETAINED_STATUSES, DueRange, due_ranges
+from ..engine.run_logging import get_logger
 from ..store import RetentionScan
 from .process import get_store
 
-logger = logging.getLogger("django_weft.retention")
+logger = get_logger("django_weft.retention")
 
 
 def _counts(counts: Counter[str], order: tuple[str, ...] | None = None) -> str:

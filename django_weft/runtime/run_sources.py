@@ -13,9 +13,9 @@ Two sources are built in:
 - ``"runs_list"`` (:data:`RUNS_LIST`), the jobs ``POST runs/bulk/`` starts: the filter
   in the terms of the REST list ``GET runs/`` (``status``, ``workflow``,
   ``workflow_id``, ``parent``, ``created_after``, ``created_before``,
-  ``search.<attr>``), evaluated here (:func:`runs_listed`), on the runs the job's
-  creator may see (:func:`runs_seen_by`). It selects the runs the list shows for the
-  same filter.
+  ``concurrency_key``, ``kind``, ``queued``, ``search.<attr>``), evaluated here
+  (:func:`runs_listed`), on the runs the job's creator may see (:func:`runs_seen_by`).
+  It selects the runs the list shows for the same filter.
 
 A project adds its own with :func:`register_run_source`, from a module every process
 imports (its ``workflows`` module, say): a job naming a source the tick's process does
@@ -126,6 +126,21 @@ class InUTC(forms.DateTimeField):
             raise forms.ValidationError("This date-time is out of range.") from None
 
 
+class StrictBooleanField(forms.Field):
+    """``true``/``false`` (or ``1``/``0``); anything else is an error, not "no filter". The
+    REST list's boolean filters use it too."""
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in (None, ""):
+            return None
+        lowered = str(value).lower()
+        if lowered in ("true", "1"):
+            return True
+        if lowered in ("false", "0"):
+            return False
+        raise forms.ValidationError("Give true or false.")
+
+
 class _IsoDateTimeField(InUTC):
     """An ISO 8601 date-time only (no locale formats), in UTC."""
 
@@ -144,6 +159,9 @@ class _ListFilters(forms.Form):
     parent = forms.UUIDField(required=False)
     created_after = _IsoDateTimeField(required=False)
     created_before = _IsoDateTimeField(required=False)
+    concurrency_key = forms.CharField(required=False)
+    kind = forms.ChoiceField(required=False, choices=[("task", "task"), ("workflow", "workflow")])
+    queued = StrictBooleanField(required=False)
 
 
 LIST_FILTERS = tuple(_ListFilters.base_fields)
@@ -155,6 +173,7 @@ _LOOKUPS = {
     "parent": "parent_id",
     "created_after": "created_at__gte",
     "created_before": "created_at__lt",
+    "concurrency_key": "concurrency_key",
 }
 
 
@@ -191,6 +210,10 @@ def runs_listed(runs: WorkflowRunQuerySet, spec: Mapping[str, Any]) -> WorkflowR
     for name, lookup in _LOOKUPS.items():
         if values[name] not in (None, ""):
             runs = runs.filter(**{lookup: values[name]})
+    if values["kind"]:
+        runs = runs.of_kind(values["kind"])
+    if values["queued"] is not None:
+        runs = runs.queued_for_slot() if values["queued"] else runs.not_queued_for_slot()
     for key in params:
         if key.startswith(SEARCH_PREFIX):
             for raw in params.getlist(key):

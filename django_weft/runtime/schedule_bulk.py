@@ -11,16 +11,16 @@ and what each trigger fired.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.errors import InvalidInput, ScheduleManaged, ScheduleNotFound
+from ..engine.run_logging import get_logger
 from ..models import Schedule
 from .schedules import delete_schedule, pause_schedule, trigger_schedule, unpause_schedule
 
-logger = logging.getLogger("django_weft.runtime")
+logger = get_logger("django_weft.runtime")
 
 NO_SUCH_SCHEDULE = "no such schedule"
 DELETED_MEANWHILE = "no such schedule (deleted meanwhile)"

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ..conf import weft_settings
+from ..engine import observe
 from ..engine.ports import Dispatcher
+from ..engine.registry import registry
+from ..engine.run_logging import get_logger
 from .bulk_jobs import process_bulk_jobs
-from .dispatch import delivers, get_dispatcher
+from .dispatch import delivers, get_dispatcher, ring_turn
 from .process import get_store
 from .retention import purge_expired
 from .schedules import fire_due_schedules
 from .worker import dispatch_finalizer
 
-logger = logging.getLogger("django_weft.runtime")
+logger = get_logger("django_weft.runtime")
 
 
 @dataclass
@@ -36,11 +38,19 @@ class TickReport:
     """Schedules that were due (or held buffered fires) and were handled."""
     bulk: int = 0
     """Runs a bulk job reached (changed, skipped or failed): one batch of one job per tick."""
+    admitted: int = 0
+    """Runs queued for a concurrency slot that a freed slot let in."""
+    handed_on: int = 0
+    """Runs woken because an activity concurrency slot was handed on to an attempt of theirs."""
 
 
 _last_purge = [0.0]
+_last_sample = [float("-inf")]
 PURGE_EVERY = 60.0
 """Seconds between the retention passes of one process's sweep."""
+IDLE_BUCKET_AFTER = 3600.0
+"""Seconds after its last moment a rate limit bucket is forgotten (it gives the next
+attempt the same moment as no bucket: now)."""
 PURGE_MAX_BATCHES = 10
 """A sweep's retention pass reads at most this many batches (``WEFT_TICK_BATCH`` runs
 each, deleted or kept), so it never holds up the timers and dispatches of the next
@@ -89,8 +99,20 @@ def tick(
     for run_id, attempt in finalizers:
         dispatch_finalizer(run_id, attempt, dispatcher)
     report.finalizers = len(finalizers)
+    # Concurrency slots freed without the run's ending handing them on (a cancel, a
+    # timeout, a process that died in between): the queued runs they let in are runnable
+    # now, and dispatched below.
+    report.admitted = len(store.flow.admit_waiting(registry.concurrency_limits(), batch))
+    # Activity slots freed without their release (a worker died: the slot's lease ran
+    # out): the attempts queued first get them, and their runs are woken.
+    woken = store.activity_flow.hand_on_waiting(
+        registry.activity_concurrency_limits(), weft_settings.LEASE_TTL, batch
+    )
+    for run_id in woken:
+        ring_turn(dispatcher, run_id)
+    report.handed_on = len(woken)
     if delivers(dispatcher):
-        runnable, expired = store.sweep.claim_dispatch_batch(
+        runnable, expired, priorities = store.sweep.claim_dispatch_batch(
             batch,
             weft_settings.REDISPATCH_AFTER if redispatch_after is None else redispatch_after,
             weft_settings.TAKEOVER_GRACE,
@@ -98,7 +120,7 @@ def tick(
         )
         ids = runnable + expired
         for run_id in ids:
-            dispatcher.dispatch_turn(run_id)
+            ring_turn(dispatcher, run_id, priority=priorities.get(run_id, 0))
         if ids:
             logger.debug("tick: dispatched %s", ", ".join(ids))
         report.dispatched = len(ids)
@@ -108,4 +130,22 @@ def tick(
     if time.monotonic() - _last_purge[0] > PURGE_EVERY:
         _last_purge[0] = time.monotonic()
         report.purged = purge_expired(batch=batch, max_batches=PURGE_MAX_BATCHES).purged_total
+        store.activity_flow.forget_idle_buckets(IDLE_BUCKET_AFTER)
+    if observe.wants_queue_samples():
+        sample_queues()
     return report
+
+
+def sample_queues(*, force: bool = False) -> None:
+    """Read the work waiting for the observers' gauges, at most once every
+    ``WEFT_METRICS_SAMPLE_INTERVAL`` per process (unless ``force``). A failed read is
+    logged: gauges keep their last values, and the tick goes on."""
+    if not force and time.monotonic() - _last_sample[0] < weft_settings.METRICS_SAMPLE_INTERVAL:
+        return
+    _last_sample[0] = time.monotonic()
+    try:
+        sample = get_store().sweep.sample_queues()
+    except Exception:
+        logger.warning("tick: could not read the queues for the metrics", exc_info=True)
+        return
+    observe.queue_sampled(sample)

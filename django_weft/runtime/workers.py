@@ -10,7 +10,6 @@ Processes that only start or read runs (web servers, shells, beat) never adverti
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -21,12 +20,13 @@ from datetime import datetime
 from ..conf import weft_settings
 from ..engine.records import ACTIVE_STATUSES
 from ..engine.registry import registry
+from ..engine.run_logging import get_logger
 from ..models import Worker
 from ..store import Advert
 from .process import get_engine, get_store
 from .reading import StatusReport
 
-logger = logging.getLogger("django_weft.worker")
+logger = get_logger("django_weft.worker")
 
 FORGET_AFTER = 24 * 3600.0
 """Seconds after its last heartbeat that a worker's row is deleted (by the next worker
@@ -173,12 +173,12 @@ def live_window() -> float:
     return float(weft_settings.LEASE_TTL)
 
 
-def worker_coverage(report: StatusReport) -> WorkerCoverage:
+def worker_coverage(report: StatusReport, *, may_lag: bool = False) -> WorkerCoverage:
     """The live workers, and, from ``report``'s counts per workflow, the active runs
     (pending, running, waiting, suspended) of workflows that no live worker has
     registered. One query besides the report (the worker table), as of the report's
-    database time."""
-    read_at, rows = get_store().workers.live(live_window(), now=report.read_at)
+    database time. ``may_lag``: read from ``WEFT_READ_DATABASE`` (as the report was)."""
+    read_at, rows = get_store(may_lag=may_lag).workers.live(live_window(), now=report.read_at)
     live = tuple(WorkerRecord.of(row) for row in rows)
     known = {name for worker in live for name in worker.workflows}
     active = {str(status) for status in ACTIVE_STATUSES}

@@ -18,7 +18,12 @@ clock, the run rows, the statements written by hand, signals sent on commit):
 - ``schedules`` (:class:`~.schedules.ScheduleRows`): schedule rows;
 - ``bulk_jobs`` (:class:`~.bulk.BulkJobRows`): bulk job rows;
 - ``retention`` (:class:`~.retention.Retention`): deleting runs past their retention;
-- ``workers`` (:class:`~.workers.WorkerRows`): what each worker process can run.
+- ``workers`` (:class:`~.workers.WorkerRows`): what each worker process can run;
+- ``flow`` (:class:`~.flow.FlowControl`): concurrency slots, taken, queued and handed on;
+- ``debounce`` (:class:`~.debounce.DebouncedStarts`): debounced starts collapsed into one
+  pending run per key.
+- ``activity_flow`` (:class:`~.activity_flow.ActivityFlow`): activity attempts' rate limit
+  buckets and concurrency slots.
 
 Areas that wake runs hold :class:`~.waking.Waking` (the facts a wait decision needs,
 waking a parent). Callers get the areas from :class:`DjangoStore`.
@@ -28,11 +33,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from .activity_flow import ActivityFlow
 from .attempts import ActivityAttempts, StartedAttempt
 from .bulk import BulkJobRows
 from .children import Children
+from .debounce import DebouncedStarts, JoinedBurst
 from .finalizers import Finalizers
+from .flow import Admitted, FlowControl
 from .intake import Intake
+from .notices import WorkNotices
 from .resets import Resets
 from .retention import PurgedBatch, Retention, RetentionScan
 from .schedules import ScheduleRows
@@ -57,8 +66,21 @@ class DjangoStore:
         self.attempts = ActivityAttempts(sql, waking)
         self.transitions = RunTransitions(sql, waking, self.finalizers)
         children = Children(sql, self.transitions)
-        self.turns = RunTurns(sql, waking, self.attempts, self.finalizers, children, TurnMessages(sql))
+        self.flow = FlowControl(sql)
+        self.activity_flow = ActivityFlow(sql)
+        self.turns = RunTurns(
+            sql,
+            waking,
+            self.attempts,
+            self.finalizers,
+            children,
+            TurnMessages(sql),
+            self.flow,
+            self.activity_flow,
+        )
         self.intake = Intake(sql)
+        self.notices = WorkNotices(sql)
+        self.debounce = DebouncedStarts(sql, self.intake)
         self.resets = Resets(sql)
         self.sweep = Sweep(sql, waking, self.attempts, self.transitions, children)
         self.schedules = ScheduleRows(sql)
@@ -78,12 +100,17 @@ class DjangoStore:
 
 __all__ = [
     "ActivityAttempts",
+    "ActivityFlow",
+    "Admitted",
     "Advert",
     "BulkJobRows",
     "Children",
+    "DebouncedStarts",
     "DjangoStore",
     "Finalizers",
+    "FlowControl",
     "Intake",
+    "JoinedBurst",
     "PurgedBatch",
     "Resets",
     "Retention",

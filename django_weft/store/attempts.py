@@ -10,12 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, F, JSONField, Q, Value, When
+from django.db.models import Case, JSONField, Q, Value, When
 
 from ..engine import codec
 from ..engine.activities import cancellation_seen
 from ..engine.error_types import ErrorType
 from ..engine.finalizers import FinalizerStatus
+from ..engine.flow import Hold, HoldKind, reserved_moment
 from ..engine.records import (
     FINALIZER_SEQ,
     CancelRequest,
@@ -23,7 +24,7 @@ from ..engine.records import (
     StepStatus,
     TimerKind,
 )
-from ..models import Step, Timer
+from ..models import ActivitySlot, Step, Timer
 from .sql import StoreSql
 from .waking import Waking
 
@@ -38,6 +39,19 @@ class StartedAttempt:
     """The activity's name."""
     args: dict[str, Any]
     """The recorded call: ``{"args": [...], "kwargs": {...}}``."""
+    priority: int = 0
+    """The run's priority: the doorbell of the turn the attempt's outcome wakes rings with it."""
+    reserved: datetime | None = None
+    """The rate limit moment the attempt was given when flow control held it before, which
+    it starts on without taking another."""
+    scheduled_at: datetime | None = None
+    """When the owner's turn scheduled the attempt (the step's ``started_at`` while it was
+    ``scheduled``)."""
+    taken_at: datetime | None = None
+    """When this caller took it (the database's clock)."""
+    trace_context: dict[str, str] | None = None
+    """The run's stored trace context (:func:`..engine.observe.start_carrier`): tracing
+    makes the attempt's span its child, as the run's turns are."""
 
 
 class ActivityAttempts:
@@ -56,32 +70,91 @@ class ActivityAttempts:
         statuses = [RunStatus.RUNNING, RunStatus.WAITING] + ([RunStatus.SUSPENDED] if suspended else [])
         return self.sql.runs().select_for_update().filter(pk=key, status__in=statuses).values(*fields).first()
 
-    def start_activity(self, run_id: str, seq: int, attempt: int, ttl: float) -> StartedAttempt | None:
+    def start_activity(
+        self, run_id: str, seq: int, attempt: int, ttl: float, *, worker: str = ""
+    ) -> StartedAttempt | None:
         """Take attempt ``attempt`` of the queued activity at ``seq`` for execution.
 
         Exactly one caller wins per attempt: the step moves from ``scheduled`` to
         ``started`` and its activity timer becomes the attempt's lease (``ttl`` from
-        now, renewed by the heartbeat). ``None`` for a duplicate delivery, a stale
-        attempt or a run that is no longer active."""
+        now, renewed by the heartbeat). ``worker`` (the taker's id) is kept in the
+        step's result while it runs, and after it if its worker is lost. ``None`` for a
+        duplicate delivery, a stale attempt or a run that is no longer active."""
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.sql.alias):
-            run = self._lock_active_run(key, "workflow_id", "workflow_name")
+            run = self._lock_active_run(key, "workflow_id", "workflow_name", "priority", "trace_context")
             if run is None:
                 return None
             now = self.sql.db_now()
             steps = Step.objects.using(self.sql.alias).filter(run_id=key, seq=seq, attempt=attempt)
+            # The run's lock is held, so the step read here is the one updated.
+            row = (
+                steps.filter(status=StepStatus.SCHEDULED)
+                .values("name", "args", "result", "started_at")
+                .first()
+            )
+            if row is None:
+                return None
+            result = {**(row["result"] or {}), "worker": worker} if worker else row["result"]
             if not steps.filter(status=StepStatus.SCHEDULED).update(
-                status=StepStatus.STARTED, started_at=now, updated_at=now
+                status=StepStatus.STARTED, started_at=now, updated_at=now, result=result
             ):
                 return None
-            row = steps.values("name", "args").get()
             Timer.objects.using(self.sql.alias).update_or_create(
                 run_id=key,
                 seq=seq,
                 kind=TimerKind.ACTIVITY,
                 defaults={"fire_at": now + timedelta(seconds=ttl), "fired_at": None},
             )
-        return StartedAttempt(run["workflow_id"], run["workflow_name"], row["name"], row["args"] or {})
+        return StartedAttempt(
+            run["workflow_id"],
+            run["workflow_name"],
+            row["name"],
+            row["args"] or {},
+            run["priority"],
+            reserved_moment(row["result"]),
+            scheduled_at=row["started_at"],
+            taken_at=now,
+            trace_context=run["trace_context"],
+        )
+
+    def hold_activity(self, run_id: str, seq: int, attempt: int, hold: Hold) -> bool | None:
+        """Flow control holds attempt ``attempt`` this worker started (before it ran): its
+        step becomes ``delayed`` with the hold as its result, its lease timer gives way
+        to a retry timer at ``hold.until`` (which wakes its run to send it again), and a
+        waiting run's ``waiting_on`` says why under ``held``. Nothing counts it as failed.
+
+        Returns ``True`` once held, ``False`` when a concurrency slot was handed on to
+        it meanwhile (run it), ``None`` when the attempt is no longer current (stale, or
+        its run ended): drop it."""
+        key = uuid.UUID(str(run_id))
+        with transaction.atomic(using=self.sql.alias):
+            run = self._lock_active_run(key, "status", "waiting_on", suspended=True)
+            if run is None:
+                return None
+            steps = Step.objects.using(self.sql.alias).filter(
+                run_id=key, seq=seq, attempt=attempt, status=StepStatus.STARTED
+            )
+            if not steps.exists():
+                return None
+            if hold.kind == HoldKind.CONCURRENCY and (
+                ActivitySlot.objects.using(self.sql.alias)
+                .filter(run_id=key, seq=seq, state=ActivitySlot.State.HELD)
+                .exists()
+            ):
+                return False
+            now = self.sql.db_now()
+            steps.update(status=StepStatus.DELAYED, result=hold.as_result(), error=None, updated_at=now)
+            timers = Timer.objects.using(self.sql.alias)
+            timers.filter(run_id=key, seq=seq, kind=TimerKind.ACTIVITY).delete()
+            timers.update_or_create(
+                run_id=key, seq=seq, kind=TimerKind.RETRY, defaults={"fire_at": hold.until, "fired_at": None}
+            )
+            waiting_on = run["waiting_on"]
+            if run["status"] == RunStatus.WAITING and isinstance(waiting_on, dict):
+                held = {**(waiting_on.get("held") or {}), str(seq): hold.text}
+                self.sql.runs().filter(pk=key).update(waiting_on={**waiting_on, "held": held})
+        return True
 
     def finish_activity(
         self,
@@ -198,7 +271,6 @@ class ActivityAttempts:
                 When(status=StepStatus.STARTED, then=Value(worker_lost, output_field=JSONField())),
                 default=Value(never_started, output_field=JSONField()),
             ),
-            result=Case(When(status=StepStatus.SCHEDULED, then=F("result")), default=None),
             updated_at=now,
         )
 

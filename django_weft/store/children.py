@@ -4,6 +4,7 @@ the parent-close policy applied to the children of a closed run."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -23,6 +24,7 @@ from ..engine.records import (
     RunStatus,
     StepWrite,
 )
+from ..engine.registry import registry
 from .sql import StoreSql
 from .transitions import RunTransitions
 
@@ -34,6 +36,19 @@ class Children:
     def __init__(self, sql: StoreSql, transitions: RunTransitions) -> None:
         self.sql = sql
         self.transitions = transitions
+
+    @staticmethod
+    def _flow_fields(child: ChildStart) -> dict[str, Any]:
+        """A child's flow control: its parent's priority (the engine read it with the
+        claim), and its key if its workflow has a concurrency limit (computed from its
+        arguments, as a start's)."""
+        fields: dict[str, Any] = {"priority": child.priority}
+        definition = registry.workflows.get(child.workflow_name)
+        if definition is not None and definition.concurrency is not None:
+            fields["concurrency_key"] = definition.concurrency.key_of(
+                child.workflow_name, codec.loads(child.args_json), codec.loads(child.kwargs_json)
+            )
+        return fields
 
     def start_child(self, run_id: str, owner: str, epoch: int, step: StepWrite, child: ChildStart) -> None:
         """Record the parent's child step and create the child run, in one fenced
@@ -57,6 +72,8 @@ class Children:
                         parent_seq=step.seq,
                         parent_close_policy=child.parent_close_policy,
                         ready_at=now,
+                        trace_context=child.trace_context,
+                        **self._flow_fields(child),
                     )
             except IntegrityError:
                 raise WorkflowAlreadyExists(

@@ -14,9 +14,11 @@ from ..engine.errors import (
     WorkflowNotFound,
     WorkflowTerminalError,
 )
+from ..engine.observe import Carrier
 from ..engine.parking import handled_updates, unknown_update_error
 from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
 from ..models import Signal, Timer, Update, WorkflowRun
+from .notices import NOTICE_HORIZON, NOTIFY_CHANNEL, work_notice
 from .sql import StoreSql
 
 
@@ -27,20 +29,28 @@ class Intake:
         self.sql = sql
 
     def insert_runnable_run(
-        self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool
+        self, run_id: uuid.UUID, fields: dict[str, Any], *, dispatched: bool, notify: bool = False
     ) -> WorkflowRun:
         """Insert a runnable run whose workflow id is its run id, in one INSERT (autocommit
         is fine: a new id cannot conflict). ``dispatched``: the caller rings its doorbell.
-        Returns the instance as inserted: ``ready_at`` and ``dispatched_at`` hold the
-        database's ``now()`` expression, not their values."""
-        return self.sql.runs().create(
-            id=run_id,
-            workflow_id=str(run_id),
-            status=RunStatus.RUNNING,
-            ready_at=self.sql.now_value(),
-            dispatched_at=self.sql.now_value() if dispatched else None,
+        ``notify``: tell the listening workers (:meth:`notify_workers`) in the same
+        statement on PostgreSQL, so a start outside a transaction is one round trip and
+        one commit. Returns the instance as inserted: ``ready_at`` and ``dispatched_at``
+        hold the database's ``now()`` expression, not their values."""
+        values = {
+            "id": run_id,
+            "workflow_id": str(run_id),
+            "status": RunStatus.RUNNING,
+            "ready_at": self.sql.now_value(),
+            "dispatched_at": self.sql.now_value() if dispatched else None,
             **fields,
-        )
+        }
+        if not (notify and self.sql.is_postgres):
+            return self.sql.runs().create(**values)
+        run = WorkflowRun(**values)
+        notice = work_notice(str(run_id), run.priority)
+        self.sql.insert_then(run, "SELECT pg_notify(%s, %s) FROM inserted", [NOTIFY_CHANNEL, notice])
+        return run
 
     def create_run(
         self,
@@ -51,24 +61,29 @@ class Intake:
         timeout: float | None,
         delay: float | None,
         dispatched: bool,
+        now: datetime | None = None,
     ) -> tuple[WorkflowRun, datetime | None]:
         """Insert the run with its deadline and delayed-start timers, in the caller's
         transaction; returns the run and, for a delayed start, when it starts. A delayed
-        run is ``pending``, any other runnable. ``dispatched``: the caller rings the
-        doorbell of a runnable run on commit."""
-        now = self.sql.db_now()
+        run is ``pending``, any other runnable unless ``fields`` say otherwise (a run
+        queued for a concurrency slot). ``dispatched``: the caller rings the doorbell of a
+        runnable run on commit. ``now``: the time the start counts from (the database
+        clock's by default)."""
+        if now is None:
+            now = self.sql.db_now()
         # A run whose doorbell is rung on commit counts as dispatched, so the sweep does not
         # send a second message before a worker had the chance to claim it.
         dispatched_at = now if dispatched and not delay else None
-        run = self.sql.runs().create(
-            id=run_id,
-            workflow_id=workflow_id or str(run_id),
-            status=RunStatus.PENDING if delay else RunStatus.RUNNING,
-            ready_at=None if delay else now,
-            dispatched_at=dispatched_at,
-            execution_deadline=now + timedelta(seconds=timeout) if timeout is not None else None,
-            **fields,
-        )
+        values: dict[str, Any] = {
+            "id": run_id,
+            "workflow_id": workflow_id or str(run_id),
+            "status": RunStatus.PENDING if delay else RunStatus.RUNNING,
+            "ready_at": None if delay else now,
+            "dispatched_at": dispatched_at,
+            "execution_deadline": now + timedelta(seconds=timeout) if timeout is not None else None,
+        }
+        # ``fields`` may set the status: a run queued for a concurrency slot is pending.
+        run = self.sql.runs().create(**{**values, **fields})
         if run.execution_deadline is not None:
             # The deadline is a timer: the sweep times the run out when it fires.
             Timer.objects.using(self.sql.alias).create(
@@ -90,6 +105,21 @@ class Intake:
             self.sql.lock_workflow_id(workflow_id)
         runs = self.sql.runs().for_workflow_id(workflow_id)
         return runs.active().first() or runs.first()
+
+    def notify_workers(self, run_id: str, *, priority: int = 0, eta: datetime | None = None) -> bool:
+        """On PostgreSQL, tell the workers that listen (``weft_worker``) that run
+        ``run_id`` has work, with a ``NOTIFY`` on :data:`NOTIFY_CHANNEL`: it is delivered
+        when the current transaction commits and dropped if it rolls back (at once
+        outside one). Whether it was sent: not on other databases, nor for work due
+        later than :data:`~.notices.NOTICE_HORIZON` (its timer wakes it). Every listener
+        tries to claim the run; one wins, the others' claims find it owned."""
+        if not self.sql.is_postgres:
+            return False
+        if eta is not None and (eta - self.sql.local_now()).total_seconds() > NOTICE_HORIZON:
+            return False
+        with self.sql.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, work_notice(run_id, priority, eta)])
+        return True
 
     def announce_run_started(self, run_id: str | uuid.UUID, workflow_id: str, workflow_name: str) -> None:
         """Send ``run_started`` once the current transaction commits."""
@@ -141,10 +171,18 @@ class Intake:
         return True
 
     def deliver_signal(
-        self, run_pk: uuid.UUID, name: str, payload: Any, signal_id: str | None, *, dispatched: bool
+        self,
+        run_pk: uuid.UUID,
+        name: str,
+        payload: Any,
+        signal_id: str | None,
+        *,
+        dispatched: bool,
+        trace_context: Carrier | None = None,
     ) -> tuple[Signal, bool, bool]:
         """Store a signal for the run, in the caller's transaction; returns ``(signal,
-        duplicate, woken)``. A repeated ``signal_id`` returns the stored signal. Raises
+        duplicate, woken)``. A repeated ``signal_id`` returns the stored signal.
+        ``trace_context`` is the sender's (:func:`..engine.observe.start_carrier`). Raises
         ``WorkflowTerminalError`` for a finished run (storing nothing)."""
         run = self._lock_for_message(run_pk)
         signals = Signal.objects.using(self.sql.alias)
@@ -154,7 +192,9 @@ class Intake:
             if existing is not None:
                 return existing, True, False
         self._check_not_terminal(run_pk, run, "signals")
-        stored = signals.create(run_id=run_pk, name=name, payload=payload, signal_id=signal_id)
+        stored = signals.create(
+            run_id=run_pk, name=name, payload=payload, signal_id=signal_id, trace_context=trace_context
+        )
         return stored, False, self._wake_for_message(run_pk, run, "signals", name, dispatched)
 
     def accept_update(
@@ -166,6 +206,7 @@ class Intake:
         *,
         dispatched: bool,
         validated: bool = True,
+        trace_context: Carrier | None = None,
     ) -> tuple[Update, bool, bool]:
         """Store an accepted update, in the caller's transaction; returns ``(update,
         created, woken)``. An ``update_id`` stored meanwhile returns that update.
@@ -189,6 +230,11 @@ class Intake:
                     registered=error["registered"],
                 )
         stored = updates.create(
-            run_id=run_pk, update_id=update_id, name=name, payload=payload, validated=validated
+            run_id=run_pk,
+            update_id=update_id,
+            name=name,
+            payload=payload,
+            validated=validated,
+            trace_context=trace_context,
         )
         return stored, True, self._wake_for_message(run_pk, run, "updates", name, dispatched)

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from .. import signals
-from ..engine import faults
+from ..engine import faults, observe
 from ..engine.error_types import ErrorType
 from ..engine.errors import InvalidTransition, WorkflowNotFound
 from ..engine.records import (
@@ -43,7 +43,7 @@ from .sql import StoreSql
 
 _RESET_FIELDS = (
     "workflow_id", "workflow_name", "status", "created_at", "parent_id", "parent_seq", "parent_close_policy",
-    "search_attributes", "execution_deadline", "cancel_request",
+    "search_attributes", "execution_deadline", "cancel_request", "priority", "concurrency_key",
 )  # fmt: skip
 
 
@@ -164,6 +164,9 @@ class Resets:
                     owner_epoch=1,
                     ready_at=now,
                     dispatched_at=now if dispatched else None,
+                    # Flow control: the same priority and key; it takes a slot of its own.
+                    priority=run["priority"],
+                    concurrency_key=run["concurrency_key"],
                 )
         except IntegrityError:
             raise InvalidTransition(
@@ -188,6 +191,9 @@ class Resets:
             )
             wid, name = run["workflow_id"], run["workflow_name"]
             self.sql.announce(signals.run_cancelled, run_pk, wid, name, error=changes["error"])
+            observe.run_finished(
+                run_id=str(run_pk), workflow_id=wid, workflow=name, status=RunStatus.CANCELLED
+            )
         if deadline is not None:
             Timer.objects.using(self.sql.alias).create(
                 run_id=new_pk, seq=RUN_LEVEL_SEQ, kind=TimerKind.DEADLINE, fire_at=deadline

@@ -17,7 +17,7 @@ its time is bound as a parameter where the statement would read ``now()``.
 from __future__ import annotations
 
 import json
-import logging
+import time
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -26,20 +26,23 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Model
 from django.db.models.functions import Now
+from django.db.models.sql import InsertQuery
 from django.dispatch import Signal as DjangoSignal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from .. import signals
 from ..conf import weft_settings
-from ..engine import clock, codec
+from ..engine import clock, codec, observe
 from ..engine.records import (
     RunStatus,
     StepRecord,
     StepWrite,
     TimerWrite,
 )
+from ..engine.run_logging import get_logger
 from ..models import Signal, Step, Timer, Update, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
 
@@ -50,7 +53,7 @@ except ImportError:  # SQLite-only installs
 
 from .base import deposed, unanswered_error
 
-logger = logging.getLogger("django_weft.store")
+logger = get_logger("django_weft.store")
 
 RUN_TABLE = WorkflowRun._meta.db_table
 STEP_TABLE = Step._meta.db_table
@@ -65,12 +68,19 @@ _STEP_COLUMNS = (
 _STEP_ON_CONFLICT = (
     "ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
     "result = excluded.result, error = excluded.error, attempt = excluded.attempt, "
+    # An activity's step is its last attempt: when that began. A wait's began with the wait.
+    f"started_at = CASE WHEN excluded.kind = 'activity' THEN excluded.started_at "
+    f"ELSE {STEP_TABLE}.started_at END, "
     "finished_at = excluded.finished_at, updated_at = excluded.updated_at, "
     "failed_attempts = excluded.failed_attempts"
 )
 
 
 _STEP_SQL: dict[str, str] = {}
+
+_HOLDS_SLOT = "AND (concurrency_key IS NULL OR slot = 'held') "
+"""A claim's condition for flow control: a run counted by a concurrency limit is claimed
+only once it holds a slot (:mod:`.flow` gives it one, under its key's lock)."""
 
 
 def aware(value: str | datetime) -> datetime:
@@ -144,6 +154,20 @@ class StoreSql:
         is what it is without the seam), or the virtual clock's time as a value."""
         virtual = clock.installed()
         return Now() if virtual is None else virtual.now()
+
+    def insert_then(self, instance: Model, then: str, params: Sequence[Any]) -> None:
+        """INSERT ``instance`` (a new row, as ``save()`` would write it) and run ``then``, a
+        SELECT that may read the CTE ``inserted`` (one row per inserted row), in one
+        statement: one round trip, and in autocommit one commit for both (PostgreSQL)."""
+        meta = instance._meta
+        fields = [field for field in meta.local_concrete_fields if not field.generated]
+        query = InsertQuery(type(instance))
+        query.insert_values(fields, [instance])
+        ((sql, insert_params),) = query.get_compiler(using=self.alias).as_sql()
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"WITH inserted AS ({sql} RETURNING 1) {then}", [*insert_params, *params])
+        instance._state.adding = False
+        instance._state.db = self.alias
 
     def run_key(self, run_id: str | uuid.UUID) -> Any:
         value = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
@@ -227,10 +251,11 @@ class StoreSql:
     def claim_runnable(
         self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
     ) -> tuple[Any, ...] | None:
-        # One conditional UPDATE: it takes the row lock, so two claimers serialise and the
-        # second sees the first's owner. owner_epoch + 1 mints the new fencing token.
+        # One conditional statement: it takes the row lock, so two claimers serialise and
+        # the second sees the first's owner. owner_epoch + 1 mints the new fencing token.
         # ``workflows`` narrows it to the names the claiming worker has: the row is found
-        # by its primary key all the same, the names are one more condition on it.
+        # by its primary key all the same, the names are one more condition on it. A run
+        # counted by a concurrency limit is claimed here only once it holds a slot.
         names, names_param = "", dict[str, Any]()
         if workflows is not None:
             if self.is_postgres:
@@ -238,40 +263,82 @@ class StoreSql:
             else:
                 names = "AND workflow_name IN (SELECT value FROM json_each(%(names)s)) "
                 names_param = {"names": json.dumps(sorted(workflows))}
-        returning = (
-            "RETURNING workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
-            "parent_id, search_attributes, cancel_request"
+        # The claim also reports what it took over, for the observation points: the
+        # previous owner (a takeover when there was one) and when the work was due (the
+        # run's ready_at, or the expired lease). PostgreSQL reads them from the row it
+        # locks first in the same statement (FOR UPDATE re-reads the latest version after
+        # a wait, so they are the values the update replaced); SQLite's writes are
+        # serialised, and a read just before the update sees them (a claim racing
+        # another on SQLite may report the other's owner: only a count is off; without an
+        # observer in the process, SQLite's read is not made).
+        columns = (
+            "workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
+            "parent_id, search_attributes, cancel_request, priority, trace_context"
         )
-        if self.clock_in_sql:
+        if self.is_postgres:
+            params: dict[str, Any] = {"owner": owner, "id": self.run_key(run_id)}
+            if self.clock_in_sql:
+                params.update(ttl=ttl, grace=grace)
+                now_sql = "now()"
+                until = "now() + %(ttl)s * interval '1 second'"
+                cutoff = "now() - %(grace)s * interval '1 second'"
+            else:  # a virtual clock: its time, bound
+                now = self.local_now()
+                params.update(
+                    now=self.dt(now),
+                    until=self.dt(now + timedelta(seconds=ttl)),
+                    cutoff=self.dt(now - timedelta(seconds=grace)),
+                )
+                now_sql, until, cutoff = "%(now)s", "%(until)s", "%(cutoff)s"
+            returned = ", ".join(f"{RUN_TABLE}.{column}" for column in columns.split(", "))
             sql = (
-                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-                "lease_expires_at = now() + %(ttl)s * interval '1 second', claimed_at = now(), "
-                "waiting_on = NULL, updated_at = now() "
+                f"WITH old AS (SELECT id, owner_id, lease_expires_at, ready_at FROM {RUN_TABLE} "
                 "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
-                f"lease_expires_at < now() - %(grace)s * interval '1 second') {names}"
-                f"{returning}, now()"
+                f"lease_expires_at < {cutoff}) {names}{_HOLDS_SLOT}"
+                f"FOR UPDATE) UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                f"lease_expires_at = {until}, claimed_at = {now_sql}, "
+                f"waiting_on = NULL, updated_at = {now_sql} FROM old WHERE {RUN_TABLE}.id = old.id "
+                f"RETURNING {returned}, {now_sql}, "
+                "old.owner_id IS NOT NULL, CASE WHEN old.owner_id IS NULL THEN old.ready_at "
+                "ELSE old.lease_expires_at END"
             )
-            params: dict[str, Any] = {"owner": owner, "ttl": ttl, "grace": grace, "id": self.run_key(run_id)}
-        else:
-            # SQLite, or a virtual clock: the times are computed here and bound.
-            now = self.local_now()
-            sql = (
-                f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-                "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
-                "updated_at = %(now)s WHERE id = %(id)s AND status = 'running' AND "
-                f"(owner_id IS NULL OR lease_expires_at < %(cutoff)s) {names}"
-                f"{returning}, %(now)s"
-            )
-            params = {
-                "owner": owner,
-                "id": self.run_key(run_id),
-                "now": self.dt(now),
-                "until": self.dt(now + timedelta(seconds=ttl)),
-                "cutoff": self.dt(now - timedelta(seconds=grace)),
-            }
+            # Prepared, as the step write is: planning it costs more than running it.
+            return self.fetch_prepared(sql, {**params, **names_param})
+        # SQLite: the times are computed here and bound.
+        now = self.local_now()
+        condition = (
+            "WHERE id = %(id)s AND status = 'running' AND "
+            f"(owner_id IS NULL OR lease_expires_at < %(cutoff)s) {names}{_HOLDS_SLOT}"
+        )
+        sql = (
+            f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+            "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
+            f"updated_at = %(now)s {condition}RETURNING {columns}, %(now)s"
+        )
+        params = {
+            "owner": owner,
+            "id": self.run_key(run_id),
+            "now": self.dt(now),
+            "until": self.dt(now + timedelta(seconds=ttl)),
+            "cutoff": self.dt(now - timedelta(seconds=grace)),
+        }
         with self.connection.cursor() as cursor:
+            before: tuple[Any, ...] = (None, None)
+            if observe.observers():  # only observers ask: the read is spared otherwise
+                cursor.execute(
+                    f"SELECT owner_id, CASE WHEN owner_id IS NULL THEN ready_at ELSE lease_expires_at END "
+                    f"FROM {RUN_TABLE} {condition}",
+                    {**params, **names_param},
+                )
+                found = cursor.fetchone()
+                if found is None:
+                    return None
+                before = tuple(found)
             cursor.execute(sql, {**params, **names_param})
-            return cursor.fetchone()
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        return (*row, before[0] is not None, before[1])
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         """The recorded steps of a run, in one query."""
@@ -348,28 +415,38 @@ class StoreSql:
 
     def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
         """Record one step in one statement, fenced on (owner, epoch). Raises ``Deposed``."""
-        connection = self.connection
-        if connection.vendor == "postgresql":
-            # The hottest statement: send it as a server-side prepared statement on the
-            # underlying psycopg connection, so PostgreSQL parses and plans it once per
-            # connection instead of once per step (Django's default client-side binding
-            # cannot prepare).
-            connection.ensure_connection()
-            raw = connection.connection
-            prepare = weft_settings.PREPARE_STATEMENTS
-            if prepare and raw.prepare_threshold is None:
-                # Django opens connections with prepared statements off, and psycopg then
-                # ignores prepare=True. Re-enable them with a threshold nothing reaches, so
-                # only statements asked for explicitly (this one) are prepared.
-                raw.prepare_threshold = 2**31 - 1
-            with psycopg.Cursor(raw) as cursor:
-                row = cursor.execute(
-                    self._step_sql(), self._step_params(run_id, owner, epoch, step), prepare=prepare or None
-                ).fetchone()
+        if self.connection.vendor == "postgresql":
+            # The hottest statement: prepared, so PostgreSQL parses and plans it once per
+            # connection instead of once per step.
+            row = self.fetch_prepared(self._step_sql(), self._step_params(run_id, owner, epoch, step))
             self._check_step_written(row, run_id, owner, epoch, step)
             return
-        with connection.cursor() as cursor:
+        with self.connection.cursor() as cursor:
             self.write_step(cursor, run_id, owner, epoch, step)
+
+    def fetch_prepared(self, statement: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """On PostgreSQL: run ``statement`` as a server-side prepared statement on the
+        underlying psycopg connection (``WEFT_PREPARE_STATEMENTS``; Django's default
+        client-side binding cannot prepare) and return its first row."""
+        connection = self.connection
+        connection.ensure_connection()
+        raw = connection.connection
+        prepare = weft_settings.PREPARE_STATEMENTS
+        if prepare and raw.prepare_threshold is None:
+            # Django opens connections with prepared statements off, and psycopg then
+            # ignores prepare=True. Re-enable them with a threshold nothing reaches, so
+            # only statements asked for explicitly (these) are prepared.
+            raw.prepare_threshold = 2**31 - 1
+        began = time.monotonic()
+        try:
+            # Django's error wrapping, as its own cursors have: a dropped connection raises
+            # Django's OperationalError and marks the connection for closing.
+            with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+                return cursor.execute(statement, params, prepare=prepare or None).fetchone()
+        finally:
+            if connection.queries_logged:  # DEBUG, or a test capturing queries: as Django's cursors
+                shown = psycopg.ClientCursor(raw).mogrify(statement, params)
+                connection.queries_log.append({"sql": shown, "time": f"{time.monotonic() - began:.3f}"})
 
     def set_search_attributes(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, attributes: dict[str, Any]
@@ -440,9 +517,12 @@ class StoreSql:
         result_json: str | None,
         error_json: str | None,
         category: str,
-    ) -> tuple[str, str] | None:
-        """The owner's terminal commit on PostgreSQL; ``(workflow_id, workflow_name)``, or
-        ``None`` if the fence did not match (nothing written)."""
+    ) -> tuple[str, str, bool | None] | None:
+        """The owner's terminal commit on PostgreSQL; ``(workflow_id, workflow_name,
+        queued)``, or ``None`` if the fence did not match (nothing written). ``queued`` is
+        ``None`` for a run no concurrency limit counts, else whether runs of its workflow
+        are queued for a slot (read in the same statement, so a limit nobody waits for
+        costs no round trip to hand the slot on)."""
         # One statement (one round trip): the conditional UPDATE is the fence, and the
         # timer DELETE only sees a row if the UPDATE matched.
         params: dict[str, Any] = {
@@ -457,17 +537,17 @@ class StoreSql:
             "lease_expires_at = NULL, ready_at = NULL, dispatched_at = NULL, waiting_on = NULL, "
             f"finished_at = {now}, updated_at = {now} "
             "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
-            "RETURNING id, workflow_id, workflow_name), "
+            "RETURNING id, workflow_id, workflow_name, concurrency_key), "
             f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
             "AND fired_at IS NULL), "
             f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
             f"updated_at = {now} WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
-            "SELECT workflow_id, workflow_name FROM done"
+            "SELECT workflow_id, workflow_name, CASE WHEN concurrency_key IS NOT NULL THEN EXISTS (SELECT 1 "
+            f"FROM {RUN_TABLE} queued WHERE queued.workflow_name = done.workflow_name AND queued.slot = "
+            "'queued' AND queued.status = 'pending' AND queued.concurrency_key IS NOT NULL) END FROM done"
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        return None if row is None else (row[0], row[1])
+        row = self.fetch_prepared(sql, params)  # prepared: planning it costs more than running it
+        return None if row is None else (row[0], row[1], row[2])
 
     def renew_leases_in_one_statement(self, keys: list[Any], owner: str, ttl: float) -> None:
         """PostgreSQL: extend the leases of the runs ``keys`` still owned by ``owner``,

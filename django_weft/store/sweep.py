@@ -4,14 +4,15 @@ orphaned children and parents left waiting (retention is :mod:`.retention`). Row
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Collection
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.db import transaction
-from django.db.models import DurationField, ExpressionWrapper, F, Q, Value
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Value
 
+from ..engine import observe
 from ..engine.records import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -20,6 +21,7 @@ from ..engine.records import (
     StepStatus,
     TimerKind,
 )
+from ..engine.run_logging import get_logger
 from ..models import Timer
 from .attempts import ActivityAttempts
 from .children import Children
@@ -27,8 +29,17 @@ from .sql import StoreSql
 from .transitions import LOCKED_FIELDS, RunTransitions
 from .waking import Waking
 
-logger = logging.getLogger("django_weft.store")
-timer_log = logging.getLogger("django_weft.timers")
+logger = get_logger("django_weft.store")
+timer_log = get_logger("django_weft.timers")
+
+
+class DispatchBatch(NamedTuple):
+    """What :meth:`Sweep.claim_dispatch_batch` marked dispatched."""
+
+    runnable: list[str]
+    expired: list[str]
+    priorities: dict[str, int]
+    """The priority of each run whose priority is not 0, runnable or taken over."""
 
 
 class Sweep:
@@ -73,19 +84,19 @@ class Sweep:
                 .due(now)
                 .exclude(kind=TimerKind.FINALIZER)
                 .select_for_update(skip_locked=True)
-                .values_list("pk", "run_id", "seq", "kind")
+                .values_list("pk", "run_id", "seq", "kind", "fire_at")
             )
             if not due:
                 return []
-            timers.filter(pk__in=[pk for pk, _, _, _ in due]).update(fired_at=now)
-            for pk, run, seq, kind in due:
+            timers.filter(pk__in=[pk for pk, _, _, _, _ in due]).update(fired_at=now)
+            for pk, run, seq, kind, _ in due:
                 timer_log.debug("fired timer %s (run %s, position %s, %s) in the sweep", pk, run, seq, kind)
             self.attempts.lose_attempts(
-                [(run, seq) for _, run, seq, kind in due if kind == TimerKind.ACTIVITY], now
+                [(run, seq) for _, run, seq, kind, _ in due if kind == TimerKind.ACTIVITY], now
             )
-            timed_out = self._time_out_due({run for _, run, _, kind in due if kind == TimerKind.DEADLINE})
-            delayed = {run for _, run, _, kind in due if kind == Timer.Kind.DELAYED_START} - timed_out
-            waking = {run for _, run, _, kind in due if kind != Timer.Kind.DELAYED_START} - timed_out
+            timed_out = self._time_out_due({run for _, run, _, kind, _ in due if kind == TimerKind.DEADLINE})
+            delayed = {run for _, run, _, kind, _ in due if kind == Timer.Kind.DELAYED_START} - timed_out
+            waking = {run for _, run, _, kind, _ in due if kind != Timer.Kind.DELAYED_START} - timed_out
             woken = list(
                 self.sql.runs()
                 .filter(
@@ -102,6 +113,8 @@ class Sweep:
                 .filter(pk__in=timed_out, parent__isnull=False)
                 .values_list("parent_id", flat=True)
             )
+        for _, run, seq, kind, fire_at in due:
+            observe.timer_fired(run_id=str(run), seq=seq, kind=kind, fire_at=fire_at, fired_at=now)
         for parent in parents:
             with transaction.atomic(using=self.sql.alias):
                 if self.waking.wake_parent(parent):
@@ -148,12 +161,86 @@ class Sweep:
             logger.info("run %s (%s %s): timed out", run_pk, run["workflow_name"], run["workflow_id"])
         return timed_out
 
+    def sample_queues(self) -> observe.QueueSample:
+        """The work waiting, for gauges, from indexes only: active runs per status (the
+        status index's active range), terminal runs per status (PostgreSQL: estimated
+        from the planner's statistics, ``pg_class.reltuples`` times the status's share in
+        ``pg_stats``; SQLite: counted), due timers and the oldest due timer (the partial
+        index on unfired timers), the oldest runnable run (the runnable runs' partial
+        index) and the runs queued for a concurrency slot (the flow queue's)."""
+        now = self.sql.db_now()
+        runs = self.sql.runs().order_by()
+        counts = {str(status): 0 for status in RunStatus}
+        for status, number in (
+            runs.filter(status__in=sorted(ACTIVE_STATUSES)).values_list("status").annotate(n=Count("pk"))
+        ):
+            counts[status] = number
+        estimated: frozenset[str] = frozenset()
+        if self.sql.is_postgres:
+            estimates = self._terminal_estimates()
+            counts.update(estimates)
+            estimated = frozenset(str(status) for status in TERMINAL_STATUSES)
+        else:
+            for status, number in (
+                runs.filter(status__in=sorted(TERMINAL_STATUSES))
+                .values_list("status")
+                .annotate(n=Count("pk"))
+            ):
+                counts[status] = number
+        timers = (
+            Timer.objects.using(self.sql.alias)
+            .order_by()
+            .due(now)
+            .aggregate(n=Count("pk"), oldest=Min("fire_at"))
+        )
+        oldest_runnable = runs.runnable().aggregate(oldest=Min("ready_at"))["oldest"]
+        due = [moment for moment in (timers["oldest"], oldest_runnable) if moment is not None]
+        queued: dict[tuple[str, str], int] = {}
+        for name, key, number in (
+            runs.filter(slot="queued", status=RunStatus.PENDING)
+            .values_list("workflow_name", "concurrency_key")
+            .annotate(n=Count("pk"))
+        ):
+            queued[(name, key or "")] = number
+        return observe.QueueSample(
+            read_at=now,
+            runs_by_status=counts,
+            estimated=estimated,
+            due_timers=timers["n"],
+            oldest_due_age=max(0.0, (now - min(due)).total_seconds()) if due else None,
+            queued_by_key=queued,
+        )
+
+    def _terminal_estimates(self) -> dict[str, int]:
+        """Terminal runs per status as PostgreSQL's statistics see them (as of the last
+        ``ANALYZE``): the table's estimated rows times each status's frequency among its
+        most common values. Statuses the statistics do not list are left out."""
+        table = self.sql.runs().model._meta.db_table
+        with self.sql.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT c.reltuples, s.most_common_vals::text::text[], s.most_common_freqs "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "LEFT JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname "
+                "AND s.attname = 'status' WHERE c.relname = %s AND n.nspname = ANY(current_schemas(false))",
+                [table],
+            )
+            row = cursor.fetchone()
+        if row is None or row[1] is None or row[0] is None or row[0] < 0:
+            return {}
+        total, values, shares = row
+        return {
+            str(value): round(total * share)
+            for value, share in zip(values, shares, strict=False)
+            if value in TERMINAL_STATUSES
+        }
+
     def claim_dispatch_batch(
         self, batch: int, redispatch_after: float, grace: float, workflows: Collection[str] | None = None
-    ) -> tuple[list[str], list[str]]:
+    ) -> DispatchBatch:
         """Runnable runs and expired leases that nobody dispatched recently; marks them
         dispatched (so concurrent sweepers do not both send them) and returns the ids of
-        both, runnable first.
+        both, runnable first, the runnable ones higher priority first and then the
+        longest waiting, with the priorities of those that have one.
 
         A run whose dispatch has not led to a claim is sent again after
         ``redispatch_after``, and then at growing intervals: a run is re-sent only once
@@ -186,8 +273,10 @@ class Sweep:
                 .alias(waited=waited("ready_at"))
                 .filter(due("ready_at"), of_known)
                 .select_for_update(skip_locked=True)
-                .order_by("ready_at")
-                .values_list("pk", flat=True)[:batch]
+                # created_at breaks ties: SQLite's now() has millisecond steps, so runs
+                # started together share a ready_at, and would leave in any order.
+                .order_by("-priority", "ready_at", "created_at")
+                .values_list("pk", "priority")[:batch]
             )
             expired = list(
                 self.sql.runs()
@@ -195,12 +284,16 @@ class Sweep:
                 .alias(waited=waited("lease_expires_at"))
                 .filter(due("lease_expires_at"), of_known)
                 .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)[: max(batch - len(runnable), 0)]
+                .values_list("pk", "priority")[: max(batch - len(runnable), 0)]
             )
-            ids = runnable + expired
+            ids = [pk for pk, _ in runnable] + [pk for pk, _ in expired]
             if ids:
                 self.sql.runs().filter(pk__in=ids).update(dispatched_at=now)
-        return [str(run) for run in runnable], [str(run) for run in expired]
+        return DispatchBatch(
+            [str(run) for run, _ in runnable],
+            [str(run) for run, _ in expired],
+            {str(run): priority for run, priority in runnable + expired if priority},
+        )
 
     def close_orphaned_children(self, batch: int) -> list[str]:
         """The sweep's backstop for :meth:`Children.close_children` (a process that closed a parent

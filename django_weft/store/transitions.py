@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from .. import signals
+from ..engine import observe
 from ..engine.error_types import UPDATE_ERROR_ON_CLOSE, ErrorType
 from ..engine.errors import (
     InvalidTransition,
@@ -150,6 +151,9 @@ class RunTransitions:
         run["finalizer"] = self.finalizers.schedule_finalizer(run_pk, run["workflow_name"], now)
         signal = signals.run_cancelled if status == RunStatus.CANCELLED else signals.run_timed_out
         self.sql.announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
+        observe.run_finished(
+            run_id=str(run_pk), workflow_id=run["workflow_id"], workflow=run["workflow_name"], status=status
+        )
         if run["parent_id"] is not None and wake_parent:
             run["woken_parent"] = self.waking.wake_parent(run["parent_id"])
 
@@ -275,6 +279,10 @@ class RunTransitions:
                     finished_at=None,
                     attempt=F("attempt") + 1,
                     owner_epoch=F("owner_epoch") + 1,
+                    # A retried run counted by a concurrency limit takes a slot afresh
+                    # (its old one went free when it failed).
+                    slot="",
+                    queue_rank=None,
                 )
         except IntegrityError:
             raise InvalidTransition(

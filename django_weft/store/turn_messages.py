@@ -40,18 +40,20 @@ class TurnMessages:
         interleaved by their arrival times."""
         key = uuid.UUID(str(run_id))
         signals = [
-            (received, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload))
-            for pk, name, payload, received in Signal.objects.using(self.sql.alias)
+            (received, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload, trace_context=carrier))
+            for pk, name, payload, received, carrier in Signal.objects.using(self.sql.alias)
             .filter(run_id=key, consumed_seq__isnull=True)
             .order_by("id")
-            .values_list("pk", "name", "payload", "received_at")
+            .values_list("pk", "name", "payload", "received_at", "trace_context")
         ]
         updates = [
-            (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id, validated))
-            for pk, name, payload, update_id, validated, created in Update.objects.using(self.sql.alias)
+            (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id, validated, carrier))
+            for pk, name, payload, update_id, validated, created, carrier in Update.objects.using(
+                self.sql.alias
+            )
             .filter(run_id=key, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
             .order_by("id")
-            .values_list("pk", "name", "payload", "update_id", "validated", "created_at")
+            .values_list("pk", "name", "payload", "update_id", "validated", "created_at", "trace_context")
         ]
         # A merge, not a sort: arrival times come from the senders' clocks, and a skewed
         # clock may interleave the kinds oddly but must not reorder signals (or updates).

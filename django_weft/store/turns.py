@@ -4,7 +4,7 @@ to :mod:`.turn_messages` and :mod:`.children` (docs/explanation/guarantees.md)."
 
 from __future__ import annotations
 
-import logging
+import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from ..engine import codec
+from ..engine.flow import Rate, SlotTaken
 from ..engine.parking import (
     TimerDisposition,
     discarded_wake_disposition,
@@ -33,18 +34,50 @@ from ..engine.records import (
     TimerKind,
     TimerWrite,
 )
+from ..engine.registry import registry
+from ..engine.run_logging import get_logger
 from ..models import Timer, Update
 from ..models.messages import UpdateStatus
+from .activity_flow import ActivityFlow
 from .attempts import ActivityAttempts
 from .base import deposed, unanswered_error
 from .children import Children
 from .finalizers import Finalizers
+from .flow import HELD, FlowControl
 from .sql import StoreSql, aware, json_value
 from .turn_messages import TurnMessages
 from .waking import Waking
 
-logger = logging.getLogger("django_weft.store")
-timer_log = logging.getLogger("django_weft.timers")
+logger = get_logger("django_weft.store")
+timer_log = get_logger("django_weft.timers")
+
+_NEEDS_SLOT: tuple[Any, ...] = ("needs a concurrency slot",)
+"""What :meth:`RunTurns._claim_woken` returns for a woken run that must take a concurrency
+slot before it is claimed."""
+
+
+class _RecentRuns:
+    """A set of run ids that forgets its oldest entries past a bound (entries of runs
+    whose hand-on never comes, a workflow whose limit was removed, cannot pile up)."""
+
+    BOUND = 10_000
+
+    def __init__(self) -> None:
+        self._runs: dict[str, None] = {}
+        self._lock = threading.Lock()
+
+    def add(self, run_id: str) -> None:
+        with self._lock:
+            self._runs[run_id] = None
+            if len(self._runs) > self.BOUND:
+                del self._runs[next(iter(self._runs))]
+
+    def discard(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._runs
 
 
 class RunTurns:
@@ -61,8 +94,15 @@ class RunTurns:
         finalizers: Finalizers,
         children: Children,
         messages: TurnMessages,
+        flow: FlowControl,
+        activity_flow: ActivityFlow,
     ) -> None:
         self.sql = sql
+        self.flow = flow
+        # Runs this store ended (PostgreSQL's one-statement terminal commit) whose
+        # workflow had no run queued for a slot; read once by :meth:`hand_on_slot`.
+        self._nobody_queued = _RecentRuns()
+        self.activity_flow = activity_flow
         self.waking = waking
         self.attempts = attempts
         self.finalizers = finalizers
@@ -89,20 +129,30 @@ class RunTurns:
         row = self.sql.claim_runnable(run_id, owner, ttl, grace, workflows)
         if row is None:
             # Not runnable: only a waiting or delayed run can still be claimed (woken by a
-            # due timer). A cheap unlocked look first spares the transaction in the
-            # common case of a duplicate delivery for a run that is owned or finished.
-            found = self.sql.runs().filter(pk=run_id).values_list("status", "workflow_name").first()
-            status, name = found if found is not None else (None, None)
+            # due timer), or a runnable one counted by a concurrency limit that has no slot
+            # yet. A cheap unlocked look first spares the transaction in the common case
+            # of a duplicate delivery for a run that is owned or finished.
+            found = (
+                self.sql.runs()
+                .filter(pk=run_id)
+                .values_list("status", "workflow_name", "concurrency_key", "slot", "owner_id")
+                .first()
+            )
+            status, name, key, slot, owner_now = found if found is not None else (None, None, None, "", None)
             if workflows is not None and name is not None and name not in workflows:
                 return None  # its timers stay: the worker that has the code needs them
-            if status in (RunStatus.WAITING, RunStatus.PENDING):
+            if status == RunStatus.RUNNING and key is not None and slot != HELD and owner_now is None:
+                row = self._claim_with_slot(run_id, owner, ttl, grace, workflows, str(name), key)
+            elif status in (RunStatus.WAITING, RunStatus.PENDING):
                 row = self._claim_woken(run_id, owner, ttl)
+                if row is _NEEDS_SLOT:  # a delayed start of a limited workflow, due now
+                    row = self._claim_with_slot(run_id, owner, ttl, grace, workflows, str(name), str(key))
             else:
                 self._discard_wake(run_id, status)
             if row is None:
                 return None
         (workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, cancel_request,
-         db_now) = row  # fmt: skip
+         priority, trace_context, db_now, takeover, due_at) = row  # fmt: skip
         request = CancelRequest.of(json_value(cancel_request))
         return ClaimedRun(
             run_id=str(run_id),
@@ -118,7 +168,33 @@ class RunTurns:
             parent_run_id=str(parent_id) if parent_id else None,
             search_attributes=json_value(attributes) or {},
             cancel_request=request if request is not None and request.pending else None,
+            priority=int(priority),
+            takeover=bool(takeover),
+            due_at=aware(due_at) if due_at is not None else None,
+            trace_context=json_value(trace_context),
         )
+
+    def _claim_with_slot(
+        self,
+        run_id: str,
+        owner: str,
+        ttl: float,
+        grace: float,
+        workflows: Collection[str] | None,
+        name: str,
+        key: str,
+    ) -> tuple[Any, ...] | None:
+        """Claim a runnable run counted by a concurrency limit once it holds a slot: it
+        takes a free one, or is queued (docs/explanation/flow-control.md). A run whose
+        workflow this process does not know is left for a worker that knows its limit.
+        Runs let in ahead of it are runnable; the sweep rings their doorbells."""
+        limit = registry.concurrency_limits().get(name)
+        if limit is None:
+            return None
+        admission = self.flow.admit_on_claim(run_id, name, key, limit)
+        if not admission.admitted:
+            return None
+        return self.sql.claim_runnable(run_id, owner, ttl, grace, workflows)
 
     def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
         """Fire the due timers of a waiting run and claim it, in one transaction."""
@@ -142,16 +218,23 @@ class RunTurns:
                 .due(now)
                 .exclude(kind=TimerKind.DEADLINE)
                 .select_for_update(skip_locked=True)
-                .values_list("pk", "seq", "kind")
+                .values_list("pk", "seq", "kind", "fire_at")
             )
             if not due:
                 return None
-            timers.filter(pk__in=[pk for pk, _, _ in due]).update(fired_at=now)
-            for pk, seq, kind in due:
+            timers.filter(pk__in=[pk for pk, _, _, _ in due]).update(fired_at=now)
+            for pk, seq, kind, _ in due:
                 timer_log.debug("fired timer %s (run %s, position %s, %s) on claim", pk, run.pk, seq, kind)
             self.attempts.lose_attempts(
-                [(run.pk, seq) for _, seq, kind in due if kind == TimerKind.ACTIVITY], now
+                [(run.pk, seq) for _, seq, kind, _ in due if kind == TimerKind.ACTIVITY], now
             )
+            if run.concurrency_key is not None and run.slot != HELD:
+                # Counted by a concurrency limit and holding no slot yet: runnable now, and
+                # claimed only once it has a slot (the caller asks for one).
+                self.sql.runs().filter(pk=run.pk).update(
+                    status=RunStatus.RUNNING, ready_at=now, waiting_on=None, updated_at=now
+                )
+                return _NEEDS_SLOT
             run.owner_epoch += 1
             self.sql.runs().filter(pk=run.pk).update(
                 status=RunStatus.RUNNING,
@@ -174,7 +257,11 @@ class RunTurns:
                 run.parent_id,
                 run.search_attributes,
                 run.cancel_request,
+                run.priority,
+                run.trace_context,
                 now,
+                False,
+                min(fire_at for _, _, _, fire_at in due),  # it was due when its first timer was
             )
 
     def _discard_wake(self, run_id: str, status: str | None) -> TimerDisposition:
@@ -348,13 +435,16 @@ class RunTurns:
                 )  # fmt: skip
                 return self.waking.wake_parent(parent)
         if self.sql.is_postgres:
-            names = self.sql.finish_in_one_statement(
+            finished_row = self.sql.finish_in_one_statement(
                 run_id, owner, epoch, status=status, result_json=result_json, error_json=error_json,
                 category=category,
             )  # fmt: skip
-            if names is None:
+            if finished_row is None:
                 raise deposed(run_id, owner, epoch, what)
-            self.sql.announce_finish(run_id, names[0], names[1], status, error_json)
+            workflow_id, workflow_name, queued = finished_row
+            self.sql.announce_finish(run_id, workflow_id, workflow_name, status, error_json)
+            if queued is False:
+                self._nobody_queued.add(str(run_id))
             return None
         with transaction.atomic(using=self.sql.alias):
             names = self.sql.owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
@@ -466,6 +556,10 @@ class RunTurns:
                 # A cancellation request the run did not receive before it continued is
                 # its successor's to receive.
                 cancel_request=run.cancel_request if pending_request is not None else None,
+                # It keeps its place in flow control's order and its key, and queues again
+                # for a slot (it holds none: the run it continues gave its slot back).
+                priority=run.priority,
+                concurrency_key=run.concurrency_key,
             )
             if run.execution_deadline is not None:
                 # The deadline covers the whole chain of runs: the successor keeps it.
@@ -493,7 +587,8 @@ class RunTurns:
         )
 
     def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
-        """Extend the lease of every held run; return those no longer ours.
+        """Extend the lease of every held run; return those another took or changed (a
+        run this owner has just ended or released is not among them).
 
         On PostgreSQL one statement renews them all and skips rows locked right now (an
         atomic activity of this engine holds its run row): those are not renewed this
@@ -512,7 +607,14 @@ class RunTurns:
             .filter(pk__in=list(held))
             .values_list("pk", "owner_id", "owner_epoch")
         }
-        return {run_id for run_id, epoch in held.items() if current.get(run_id) != (owner, epoch)}
+        # Unowned at the same epoch: this owner ended or released it (every transition by
+        # someone else moves the epoch), in the moment between its commit and the engine
+        # forgetting it. That is not a loss.
+        return {
+            run_id
+            for run_id, epoch in held.items()
+            if current.get(run_id) not in ((owner, epoch), (None, epoch))
+        }
 
     # Messages during a turn (:class:`TurnMessages`).
 
@@ -564,3 +666,32 @@ class RunTurns:
 
     def close_children(self, run_id: str, reason: str) -> list[str]:
         return self.children.close_children(run_id, reason)
+
+    # Flow control of activity attempts (:class:`ActivityFlow`).
+
+    def take_rate_limit(self, name: str, key: str, rate: Rate) -> datetime | None:
+        return self.activity_flow.take_moment(name, key, rate)
+
+    def take_activity_slot(
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+    ) -> SlotTaken:
+        return self.activity_flow.take_slot(activity, key, limit, run_id, seq, ttl)
+
+    def release_activity_slot(
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+    ) -> list[str]:
+        return self.activity_flow.release_slot(activity, key, limit, run_id, seq, ttl)
+
+    def renew_activity_slots(self, holders: list[tuple[str, int]], ttl: float) -> None:
+        self.activity_flow.renew_slots(holders, ttl)
+
+    def hand_on_slot(self, run_id: str, workflow_name: str) -> list[tuple[str, int]]:
+        if str(run_id) in self._nobody_queued:
+            # Its terminal commit saw no run of its workflow queued: nothing to hand on (a
+            # run queued in that very instant is let in by the next sweep).
+            self._nobody_queued.discard(str(run_id))
+            return []
+        limit = registry.concurrency_limits().get(workflow_name)
+        if limit is None:
+            return []
+        return [(item.run_id, item.priority) for item in self.flow.released(run_id, workflow_name, limit)]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from ..engine.flow import hold_is_due
 from ..engine.parking import ParkedWait, children_to_check
 from ..engine.records import (
     ACTIVE_STATUSES,
     RunStatus,
+    StepStatus,
 )
-from ..models import Signal, Step, Update
+from ..models import ActivitySlot, Signal, Step, Update
 from ..models.messages import UpdateStatus
 from .sql import StoreSql
 
@@ -26,20 +28,36 @@ class Waking:
     def wait_satisfied(self, run_id: str, waiting_on: dict[str, Any] | None) -> bool:
         """Whether a parked run needs a turn now: a message it waits for or handles is
         pending, or (decided by :meth:`ParkedWait.satisfied_by`) its queued activities or
-        children are done with. Reads only what the decision needs."""
+        children are done with, or an activity attempt flow control held is to go on (a
+        ``delayed`` step whose hold is over, a concurrency slot handed on to the inline
+        attempt it waits for). Reads only what the decision needs."""
         if not waiting_on:
             return False
         wait = ParkedWait.of(waiting_on)
         if self._messages_waiting(run_id, wait):
             return True
+        key = uuid.UUID(str(run_id))
+        if wait.slot_at is not None:
+            # An inline attempt queued for a concurrency slot: one handed on to it
+            # (possibly while its turn was parking) is what it waits for.
+            return (
+                ActivitySlot.objects.using(self.sql.alias)
+                .filter(run_id=key, seq=wait.slot_at, state=ActivitySlot.State.HELD)
+                .exists()
+            )
         if not wait.step_seqs:
             return False
-        key = uuid.UUID(str(run_id))
-        rows = list(
+        found = list(
             Step.objects.using(self.sql.alias)
             .filter(run_id=key, seq__in=wait.step_seqs)
-            .values_list("seq", "status", "kind")
+            .values_list("seq", "status", "kind", "result")
         )
+        rows = [(seq, status, kind) for seq, status, kind, _ in found]
+        held = [(seq, result) for seq, status, _, result in found if status == StepStatus.DELAYED]
+        due: set[int] = set()
+        if held:
+            now = self.sql.db_now()
+            due = {seq for seq, result in held if hold_is_due(result, now)}
         children = children_to_check(rows)
         live: set[int] = set()
         if children:
@@ -50,7 +68,7 @@ class Waking:
                 .values_list("parent_seq", flat=True)
                 if seq is not None
             }
-        return wait.satisfied_by(rows, live)
+        return wait.satisfied_by(rows, live, due)
 
     def _messages_waiting(self, run_id: str, wait: ParkedWait) -> bool:
         """Whether a signal or an update that wakes the run (``wait.signals``,

@@ -299,12 +299,13 @@ class WeftTestEnvironment:
 
     def mock_activity(
         self,
-        activity: Activity[..., Any] | str,
+        activity: Activity[..., Any] | str | Any,
         *,
         return_value: Any = _UNSET,
         side_effect: Callable[..., Any] | BaseException | type[BaseException] | None = None,
     ) -> ActivityMock:
-        """Replace what ``activity`` (an ``@activity`` object or its registered name) does,
+        """Replace what ``activity`` (an ``@activity`` object, its registered name, or a
+        task of Django's task framework run by ``WeftTaskBackend``) does,
         for the rest of this test: each attempt returns ``return_value``, or calls
         ``side_effect`` with the activity's arguments and returns what it returns, or
         raises ``side_effect`` if it is an exception (an instance or a class), which
@@ -333,6 +334,9 @@ def _ref(run: RunRef) -> str:
 def _activity_name(activity: Activity[..., Any] | str) -> str:
     if isinstance(activity, Activity):
         return activity.name
+    module_path = getattr(activity, "module_path", None)
+    if isinstance(module_path, str) and callable(getattr(activity, "func", None)):
+        return module_path  # a task of Django's task framework: its activity's name
     if not isinstance(activity, str):
         raise TypeError(
             f"mock_activity() takes an @activity object or an activity's registered name; got {activity!r}"

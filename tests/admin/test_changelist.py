@@ -4,7 +4,7 @@ and no count of the whole table."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -12,10 +12,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_weft import client
 from django_weft.admin.runs.changelist import LookAheadPaginator
 from django_weft.models import WorkflowRun
 
-from .conftest import changelist_url, make_run, make_step
+from .conftest import change_url, changelist_url, make_run, make_step
 
 pytestmark = pytest.mark.django_db
 
@@ -306,3 +307,12 @@ def test_odd_input_is_never_a_server_error(
 ) -> None:
     response = admin_client_.get(changelist_url(), params)
     assert response.status_code in (200, 302)
+
+
+def test_a_debounced_run_says_when_it_starts_and_how_many_starts_it_collapsed(admin_client_: Client) -> None:
+    handles = [client.start("tests.debounce.reindex", args=["products"], kwargs={"n": n}) for n in range(3)]
+    run = WorkflowRun.objects.get(pk=handles[0].run_id)
+    starts_at = timezone.localtime(datetime.fromisoformat(run.waiting_on["starts_at"]))
+    words = f"debounced: starts at {starts_at:%H:%M:%S} (3 starts collapsed)"
+    assert words in admin_client_.get(changelist_url()).content.decode()
+    assert words in admin_client_.get(change_url(run)).content.decode()

@@ -383,8 +383,9 @@ def test_the_query_count_does_not_grow_with_the_runs(
     many = _queries(viewer)
     assert len(many) == few
     # Session and user, the user's permissions (two), the figures (seven at most), the
-    # waited step of the oldest waiting run, the live workers.
-    with django_assert_max_num_queries(13):
+    # waited step of the oldest waiting run, the live workers, the busiest concurrency keys,
+    # the rate limits behind, the busiest activity concurrency groups.
+    with django_assert_max_num_queries(16):
         viewer.get(dashboard_url())
     page = viewer.get(dashboard_url()).content.decode()
     assert figures(page)["total"][0] == len(runs) + 600

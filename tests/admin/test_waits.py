@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from django_weft.admin.runs.waits import describe_wait, waited_positions
@@ -61,3 +61,43 @@ def test_many_positions_are_counted_and_unknown_ones_named_by_position() -> None
     waiting_on = {"kind": "activities", "mode": "all", "seqs": [1, 2, 3, 4, 5]}
     assert words(waiting_on) == "step #1 and step #2 and step #3 and 2 more"
     assert waited_positions({"kind": "sleep", "seqs": [1]}) == []
+
+
+def test_a_debounced_run_says_when_it_starts_to_the_second_in_the_viewers_zone() -> None:
+    waiting_on = {
+        "kind": "debounce",
+        "key": "products",
+        "starts_at": "2026-12-03T14:05:07+00:00",
+        "starts": 3,
+    }
+    assert words(waiting_on) == "debounced: starts at 14:05:07 (3 starts collapsed)"
+    assert (
+        describe_wait(waiting_on, tz=timezone(timedelta(hours=1)), today=TODAY)
+        == "debounced: starts at 15:05:07 (3 starts collapsed)"
+    )
+    tomorrow = {**waiting_on, "starts_at": "2026-12-04T00:00:01+00:00", "starts": 1}
+    assert words(tomorrow) == "debounced: starts at 2026-12-04 00:00:01 (1 start)"
+
+
+def test_activities_held_by_flow_control_say_why_in_the_sites_time_zone() -> None:
+    from datetime import timedelta, timezone
+
+    oslo = timezone(timedelta(hours=1))
+    rate = {"kind": "rate_limit", "seq": 3, "activity": "shop.charge", "name": "stripe", "key": "acct-1",
+            "fire_at": "2026-12-03T14:05:01.250000+00:00", "until": "2026-12-03T14:05:01.250000+00:00",
+            "text": "delayed by rate limit stripe key acct-1 until 14:05:01.250"}  # fmt: skip
+    assert words(rate) == "shop.charge: delayed by rate limit stripe key acct-1 until 14:05:01.250"
+    assert (
+        describe_wait(rate, tz=oslo)
+        == "shop.charge: delayed by rate limit stripe key acct-1 until 15:05:01.250"
+    )
+    slots = {"kind": "activity_concurrency", "seq": 5, "activity": "shop.render", "key": "", "limit": 8,
+             "in_use": 8, "text": "queued: activity concurrency shop.render (8 of 8 in use)"}  # fmt: skip
+    assert words(slots) == "queued: activity concurrency shop.render (8 of 8 in use)"
+    held = step(4, "activity", "shop.charge", {"kind": "rate_limit", "name": "stripe", "key": "",
+                                                "until": "2026-12-03T14:05:01.250000+00:00"})  # fmt: skip
+    waiting_on = {"kind": "activities", "mode": "all", "seqs": [4],
+                  "held": {"4": "delayed by rate limit stripe until 14:05:01.250"}}  # fmt: skip
+    assert describe_wait(waiting_on, steps={4: held}, queue_of={"shop.charge": "payments"}.get, tz=oslo) == (
+        "activity shop.charge on payments (delayed by rate limit stripe until 15:05:01.250)"
+    )

@@ -313,8 +313,8 @@ def test_an_unknown_filter_key_is_named_with_the_known_ones(api: Api) -> None:
     assert response.json()["error"]["details"]["fields"] == {
         "filter": {
             "stauts": [
-                "Unknown filter; use status, workflow, workflow_id, parent, created_after, created_before "
-                "or search.<attr>."
+                "Unknown filter; use status, workflow, workflow_id, parent, created_after, created_before, "
+                "concurrency_key, kind, queued or search.<attr>."
             ]
         }
     }

@@ -213,3 +213,23 @@ def test_the_start_answer_is_the_run_as_stored(api: Api) -> None:
         assert api.get(started["url"]).json() == started
         again = api.post("runs/", {"workflow": "tests.echo", "id": started["workflow_id"]})
         assert again.status_code == 200 and again.json() == started
+
+
+def test_the_starts_of_a_debounced_workflow_answer_with_the_run_that_will_start(api: Api) -> None:
+    start = {"workflow": "tests.debounce.reindex", "args": ["products"]}
+    first = api.post("runs/", {**start, "kwargs": {"n": 1}})
+    assert first.status_code == 201, first.text
+    again = api.post("runs/", {**start, "kwargs": {"n": 2}}, headers={"Idempotency-Key": "another-request"})
+    assert again.status_code == 200, again.text
+    run = again.json()
+    assert (run["run_id"], run["workflow_id"]) == (first.json()["run_id"], first.json()["workflow_id"])
+    assert (run["status"], run["kwargs"]) == ("pending", {"n": 2})
+    assert run["waiting_on"]["kind"] == "debounce" and run["waiting_on"]["starts"] == 2
+    assert run["waiting_on"]["text"].endswith("(2 starts collapsed)")
+    delayed = api.post("runs/", {**start, "start_delay": "1m"})
+    assert delayed.status_code == 400
+    assert "is debounced" in delayed.json()["error"]["details"]["fields"]["start_delay"][0]
+    unkeyed = api.post("runs/", {"workflow": "tests.debounce.bad_key", "args": ["raise"]})
+    assert unkeyed.status_code == 400
+    assert "debounce key" in unkeyed.json()["error"]["details"]["fields"]["args"][0]
+    assert WorkflowRun.objects.filter(workflow_name__startswith="tests.debounce.").count() == 1

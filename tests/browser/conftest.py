@@ -26,6 +26,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
+from tests.support.chromium import headless_chromium
 from tests.support.driver import Driver
 
 PASSWORD = "correct horse battery staple"
@@ -129,16 +130,7 @@ def chrome_paths() -> tuple[str, str]:
 
 @pytest.fixture
 def browser(chrome_paths: tuple[str, str], live_server: Any, transactional_db: None) -> Iterator[Browser]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = chrome_paths
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1280,900", "--lang=en-US"):  # fmt: skip
-        options.add_argument(argument)
-    web = webdriver.Chrome(service=Service(driver_path), options=options)
+    web = headless_chromium(*chrome_paths)
     web.implicitly_wait(0)
     try:
         yield Browser(web, live_server.url)

@@ -14,18 +14,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django_weft.engine.records import ACTIVE_STATUSES
 from django_weft.models import Schedule, Signal, Step, WorkflowRun
 
-from .models import LedgerRow, PlannedOrder
+from .models import LedgerRow, PlannedOrder, SlotMark
 from .workflows import (
     CHILD,
+    ENTER,
+    LANE_LIMIT,
+    LEAVE,
     LEDGER_AMOUNT,
+    LIMITED,
     ORDER,
     SIGNAL,
     TICK,
     TICKED,
     expected_child_result,
+    expected_limited_result,
     expected_order_result,
+    lane_for,
+    limited_id,
 )
 
 SCHEDULE_ID = "chaos-every-second"
@@ -41,6 +49,8 @@ class Invariant:
     checked: int = 0
     violations: list[str] = field(default_factory=list)
     applicable: bool = True
+    found: str = ""
+    """What else the check saw, for the summary (say, how close to its limit the run came)."""
 
     def fail(self, message: str) -> None:
         self.violations.append(message)
@@ -53,7 +63,7 @@ class Invariant:
         if not self.applicable:
             return f"{self.name}: not applicable ({self.meaning})"
         if self.ok:
-            return f"{self.name}: ok ({self.checked} checked)"
+            return f"{self.name}: ok ({self.checked} checked{'; ' + self.found if self.found else ''})"
         shown = "; ".join(self.violations[:LISTED])
         more = f" (+{len(self.violations) - LISTED} more)" if len(self.violations) > LISTED else ""
         return f"{self.name}: {len(self.violations)} VIOLATION(S) in {self.checked} checked: {shown}{more}"
@@ -103,7 +113,7 @@ def runs_completed() -> Invariant:
     check = Invariant(
         "runs_completed",
         "every planned order has exactly one run, completed with the result its arguments "
-        "determine; so has each order's child and each schedule fire",
+        "determine; so has each order's child, its limited run and each schedule fire",
     )
     planned = dict(PlannedOrder.objects.values_list("key", "signals"))
     orders = defaultdict(list)
@@ -131,6 +141,20 @@ def runs_completed() -> Invariant:
     for key in planned:
         if children[key] != 1:
             check.fail(f"order {key}: {children[key]} child runs instead of 1")
+    limited = defaultdict(list)
+    for run in WorkflowRun.objects.filter(workflow_name=LIMITED).values(
+        "pk", "workflow_id", "status", "result"
+    ):
+        limited[run["workflow_id"]].append(run)
+    for key in planned:
+        check.checked += 1
+        runs = limited.pop(limited_id(key), [])
+        if len(runs) != 1:
+            check.fail(f"order {key}: {len(runs)} limited runs instead of 1")
+            continue
+        _completed_with(check, f"limited run of {key}", runs[0], expected_limited_result(key, lane_for(key)))
+    for workflow_id in sorted(limited):
+        check.fail(f"limited run {workflow_id}: a run nobody planned")
     for run in WorkflowRun.objects.filter(workflow_name=TICK).values("pk", "workflow_id", "status", "result"):
         check.checked += 1
         _completed_with(check, f"fire {run['workflow_id']}", run, TICKED)
@@ -301,12 +325,75 @@ def schedule_fires_once_without_gap(schedule_id: str) -> Invariant:
 
 
 def concurrency_limits_respected() -> Invariant:
-    """The hook for flow control: django_weft has no concurrency or rate limit yet, so the
-    workload declares none and there is nothing to check. When limits exist, the workload
-    declares one and this counts, from the runs' claim and finish times, how many ran at
-    once against it."""
-    return Invariant(
+    """From the limited runs' entry and exit marks: how many held a slot of each lane at
+    once. A run's span runs from its entry mark to its exit mark; a run that entered and
+    has no exit mark held its slot until it finished (or holds it still), so its span
+    runs to its ``finished_at`` (or without end). Every span lies within the time its run
+    held a slot, so more than the limit at once anywhere is a breach of it."""
+    check = Invariant(
         "concurrency_limit_respected",
-        "no flow-control limit exists in django_weft yet; the workload declares none",
-        applicable=False,
+        f"no lane of {LIMITED} ever had more than {LANE_LIMIT} runs holding a slot at once (the "
+        "spans between each run's entry and exit marks, written on the database's clock by "
+        "atomic steps, never overlap more), and each run marked its entry and its exit once",
     )
+    marks: dict[str, dict[str, list[datetime]]] = defaultdict(lambda: defaultdict(list))
+    lanes: dict[str, str] = {}
+    for run_id, lane, edge, at in SlotMark.objects.values_list("run_id", "lane", "edge", "at"):
+        marks[str(run_id)][edge].append(at)
+        lanes[str(run_id)] = lane
+    spans: dict[str, list[tuple[datetime, datetime, str]]] = defaultdict(list)
+    created: dict[str, list[tuple[datetime, str]]] = defaultdict(list)
+    for pk, status, finished_at, created_at, args in WorkflowRun.objects.filter(
+        workflow_name=LIMITED
+    ).values_list("pk", "status", "finished_at", "created_at", "args"):
+        run_id = str(pk)
+        check.checked += 1
+        created[str(args[1]) if args and len(args) > 1 else "?"].append((created_at, run_id))
+        got = marks.pop(run_id, {})
+        enters, leaves = got.get(ENTER, []), got.get(LEAVE, [])
+        if len(enters) > 1 or len(leaves) > 1:
+            check.fail(f"run {run_id}: marked its entry {len(enters)} and its exit {len(leaves)} times")
+        if status == WorkflowRun.Status.COMPLETED and (not enters or not leaves):
+            check.fail(f"run {run_id}: completed without marking its entry and its exit")
+        if not enters:
+            continue
+        if leaves:
+            end = max(leaves)
+        elif status in ACTIVE_STATUSES or finished_at is None:
+            end = datetime.max.replace(tzinfo=UTC)
+        else:
+            end = finished_at
+        spans[lanes[run_id]].append((min(enters), end, run_id))
+    for run_id in sorted(marks):
+        check.fail(f"run {run_id}: slot marks of no run of {LIMITED}")
+    peak, waited = 0, 0
+    for lane, lane_spans in sorted(spans.items()):
+        peak = max(peak, _most_at_once(check, lane, lane_spans))
+        waited += sum(
+            1
+            for at, _ in created[lane]
+            if sum(1 for begin, end, _ in lane_spans if begin <= at < end) >= LANE_LIMIT
+        )
+    check.found = f"at most {peak} of {LANE_LIMIT} at once; {waited} runs started with their lane full"
+    return check
+
+
+def _most_at_once(check: Invariant, lane: str, spans: list[tuple[datetime, datetime, str]]) -> int:
+    """The most spans open at one moment in ``lane``; each moment more than the limit are
+    open is a violation naming its runs. A span ending when another begins does not
+    overlap it."""
+    events = sorted([(begin, 1, run) for begin, _, run in spans] + [(end, -1, run) for _, end, run in spans])
+    open_runs: set[str] = set()
+    most = 0
+    for at, change, run in events:  # at one moment, exits (-1) sort before entries
+        if change < 0:
+            open_runs.discard(run)
+            continue
+        open_runs.add(run)
+        most = max(most, len(open_runs))
+        if len(open_runs) > LANE_LIMIT:
+            check.fail(
+                f"{lane}: {len(open_runs)} runs held a slot at {at:%H:%M:%S.%f} "
+                f"(limit {LANE_LIMIT}): {', '.join(sorted(open_runs))}"
+            )
+    return most

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models.functions import Now
 
 
 class PlannedOrder(models.Model):
@@ -40,3 +41,20 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class SlotMark(models.Model):
+    """Written by the concurrency-limited workflow's atomic steps as it enters (its first
+    step) and leaves (its last): the span between a run's two marks lies within the time
+    it held its concurrency slot. ``at`` is the database's clock, so the spans of runs on
+    different worker processes compare. No unique constraint: a second mark for a run is
+    what the invariant looks for."""
+
+    run_id = models.UUIDField(db_index=True)
+    key = models.CharField(max_length=100)
+    lane = models.CharField(max_length=20)
+    edge = models.CharField(max_length=10)
+    at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.edge} {self.lane}"

@@ -5,8 +5,9 @@
 1. a PostgreSQL cluster and a Redis server of the run's own (tests/support/services.py);
 2. Celery workers (prefork) with beat on that Redis, and ``weft_worker`` processes, side
    by side on that database, each in a process group of its own;
-3. for the run's length, the driver plans and starts orders and sends each its numbered
-   signals one after the other, while an every-second schedule fires, and faults are
+3. for the run's length, the driver plans and starts orders (and each order's run of the
+   concurrency-limited workflow) and sends each its numbered signals one after the
+   other, while an every-second schedule fires, and faults are
    injected at random (seeded): SIGKILL of a worker's group (a replacement is started),
    SIGSTOP of a worker past its lease then SIGCONT (a zombie owner, deposed while it
    slept), PostgreSQL restarted twice (once cleanly, once crashed), the broker stopped
@@ -363,6 +364,7 @@ class Chaos:
         from .models import PlannedOrder
 
         started: dict[str, str] = {}  # key -> run id
+        limited: set[str] = set()  # keys whose limited run was started
         sent: Counter[str] = Counter()
         planned: list[str] = []
         deadline = time.monotonic() + self.seconds
@@ -381,24 +383,35 @@ class Chaos:
                 if planned_row is not None:
                     planned.append(key)
                     next_order += 1 / ORDERS_PER_SECOND
-            self.send_pending(planned, started, sent)
+            self.send_pending(planned, started, limited, sent)
             time.sleep(0.05)
         self.log(f"driver: {len(planned)} orders planned; finishing their starts and signals")
         finish_by = time.monotonic() + 60
-        while any(sent[key] < SIGNALS_PER_ORDER for key in planned):
+        while any(sent[key] < SIGNALS_PER_ORDER or key not in limited for key in planned):
             if time.monotonic() > finish_by:
                 raise RuntimeError("the driver could not finish its starts and signals within 60 s")
-            self.send_pending(planned, started, sent)
+            self.send_pending(planned, started, limited, sent)
             time.sleep(0.05)
 
-    def send_pending(self, planned: list[str], started: dict[str, str], sent: Counter[str]) -> None:
-        """Start the planned orders not started yet, and send each started order its next
-        signal (one per order per pass, so each order's signals go out in order)."""
+    def send_pending(
+        self, planned: list[str], started: dict[str, str], limited: set[str], sent: Counter[str]
+    ) -> None:
+        """Start the planned orders (and each order's limited run) not started yet, and send
+        each started order its next signal (one per order per pass, so each order's
+        signals go out in order). A start is sent again until it answers: its workflow id
+        makes a repeated start return the run the first one created."""
         from django_weft import client
 
-        from .workflows import ORDER, SIGNAL
+        from .workflows import LIMITED, ORDER, SIGNAL, lane_for, limited_id
 
         for key in planned:
+            if key not in limited:
+                handle = self.retrying(
+                    f"starting {key}'s limited run",
+                    lambda key=key: client.start(LIMITED, args=[key, lane_for(key)], id=limited_id(key)),
+                )
+                if handle is not None:
+                    limited.add(key)
             if key not in started:
                 handle = self.retrying(
                     f"starting {key}",

@@ -19,7 +19,7 @@ from tests.support.services import postgres_unavailable_reason
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-FAULT_SECONDS = 60
+FAULT_SECONDS = 45
 FIXED_SEED = 20261204
 
 

@@ -13,16 +13,22 @@ from django_weft.engine.schedule_firing import workflow_id_for
 from django_weft.models import Schedule, Signal, Step, WorkflowRun
 
 from .invariants import SCHEDULE_ID, Report, check_all
-from .models import LedgerRow, PlannedOrder
+from .models import LedgerRow, PlannedOrder, SlotMark
 from .workflows import (
     CHILD,
+    ENTER,
+    LEAVE,
     LEDGER_AMOUNT,
+    LIMITED,
     ORDER,
     SIGNAL,
     TICK,
     TICKED,
     expected_child_result,
+    expected_limited_result,
     expected_order_result,
+    lane_for,
+    limited_id,
 )
 
 pytestmark = pytest.mark.django_db
@@ -35,6 +41,7 @@ FIRST_FIRE = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 class State:
     order: WorkflowRun
     child: WorkflowRun
+    limited: WorkflowRun
     fires: list[WorkflowRun]
     schedule: Schedule
 
@@ -57,8 +64,9 @@ def completed_run(name: str, workflow_id: str, result: object, epoch: int, **fie
 
 @pytest.fixture
 def state() -> State:
-    """One order with two signals, its child and ledger row, and a schedule's three fires;
-    the order was taken over once (epoch 1, then 2)."""
+    """One order with two signals, its child, ledger row and limited run (which marked its
+    entry and exit), and a schedule's three fires; the order was taken over once (epoch
+    1, then 2)."""
     PlannedOrder.objects.create(key=KEY, signals=2)
     order = completed_run(ORDER, KEY, expected_order_result(KEY, 2), 2, args=[KEY, 2])
     step(order, 0, 1, "chaos.effect", args=[f"{KEY}:inline", 1])
@@ -73,6 +81,10 @@ def state() -> State:
     LedgerRow.objects.create(key=KEY, run_id=order.pk, amount=LEDGER_AMOUNT)
     child = completed_run(CHILD, f"{KEY}:6", expected_child_result(KEY), 1, args=[KEY], parent=order)
     step(child, 0, 1, "chaos.effect", args=[f"{KEY}:child", 0])
+    lane = lane_for(KEY)
+    limited = completed_run(LIMITED, limited_id(KEY), expected_limited_result(KEY, lane), 1, args=[KEY, lane])
+    mark(limited, ENTER, 1)
+    mark(limited, LEAVE, 3)
     schedule = Schedule.objects.create(
         id=SCHEDULE_ID, workflow_name=TICK, every_seconds=1, overlap="allow_all", fired_count=3
     )
@@ -81,7 +93,39 @@ def state() -> State:
         fire = completed_run(TICK, workflow_id_for(SCHEDULE_ID, FIRST_FIRE + timedelta(seconds=i)), TICKED, 1)
         step(fire, 0, 1, "chaos.effect", args=["tick", 0])
         fires.append(fire)
-    return State(order, child, fires, schedule)
+    return State(order, child, limited, fires, schedule)
+
+
+def mark(run: WorkflowRun, edge: str, second: float, lane: str = "") -> None:
+    """A slot mark of ``run``, ``second`` seconds after the state's first moment."""
+    SlotMark.objects.create(
+        run_id=run.pk, key=run.args[0], lane=lane or run.args[1], edge=edge,
+        at=FIRST_FIRE + timedelta(seconds=second),
+    )  # fmt: skip
+
+
+def limited_run(
+    n: int,
+    enter: float | None,
+    leave: float | None,
+    *,
+    created: float = 0,
+    lane: str = "lane-0",
+    **fields: object,
+) -> WorkflowRun:
+    """Another run of the limited workflow in ``lane``, created ``created`` seconds after the
+    state's first moment, with the marks given (seconds after it too)."""
+    key = f"order-9{n:04d}"
+    fields.setdefault("status", "completed")
+    run = WorkflowRun.objects.create(
+        workflow_name=LIMITED, workflow_id=limited_id(key), args=[key, lane], **fields
+    )
+    WorkflowRun.objects.filter(pk=run.pk).update(created_at=FIRST_FIRE + timedelta(seconds=created))
+    if enter is not None:
+        mark(run, ENTER, enter)
+    if leave is not None:
+        mark(run, LEAVE, leave)
+    return run
 
 
 def violations(report: Report, name: str) -> list[str]:
@@ -93,12 +137,13 @@ def test_a_healthy_state_passes_every_invariant(state: State) -> None:
     assert report.ok, report.lines()
     counts = {i.name: i.checked for i in report.invariants if i.applicable}
     assert counts == {
-        "runs_completed": 5,  # the order, its child, three fires
+        "runs_completed": 6,  # the order, its child, its limited run, three fires
         "ledger_exactly_once": 1,
         "no_step_recorded_twice": 11,
         "no_write_after_deposition": 11,
         "signals_once_in_order": 2,
         "schedule_fires_once": 3,
+        "concurrency_limit_respected": 1,
     }
     assert report.figures["multi_epoch_runs"] == 1
 
@@ -230,7 +275,66 @@ def test_skipped_and_missed_fires_are_reported(state: State) -> None:
     assert violations(check_all(), "schedule_fires_once") == ["the schedule skipped 1 and missed 2 fires"]
 
 
-def test_the_concurrency_hook_is_reported_as_not_applicable(state: State) -> None:
-    hook = check_all().by_name("concurrency_limit_respected")
-    assert not hook.applicable
-    assert hook.line().startswith("concurrency_limit_respected: not applicable")
+def test_a_limited_run_that_did_not_complete_or_is_missing_is_reported(state: State) -> None:
+    WorkflowRun.objects.filter(pk=state.limited.pk).update(status="cancelled")
+    PlannedOrder.objects.create(key="order-00002", signals=0)
+    found = violations(check_all(), "runs_completed")
+    assert f"limited run of {KEY}: cancelled (run {state.limited.pk})" in found
+    assert "order order-00002: 0 limited runs instead of 1" in found
+
+
+# -- concurrency_limit_respected ------------------------------------------------------------
+
+
+def test_runs_up_to_the_limit_at_once_pass_and_one_more_is_reported(state: State) -> None:
+    # The state's run holds lane-0 from second 1 to 3; with a second run from 2 to 4 the
+    # lane is full (a third that enters as one leaves does not overlap it).
+    second = limited_run(1, 2, 4)
+    limited_run(2, 3, 5, created=2.5)  # started with the lane full: it waited
+    report = check_all()
+    assert not violations(report, "concurrency_limit_respected")
+    line = report.by_name("concurrency_limit_respected").line()
+    assert line.endswith("(3 checked; at most 2 of 2 at once; 1 runs started with their lane full)"), line
+    third = limited_run(3, 2.5, 2.8)
+    found = violations(check_all(), "concurrency_limit_respected")
+    assert found == [
+        f"lane-0: 3 runs held a slot at 12:00:02.500000 (limit 2): "
+        f"{', '.join(sorted(str(run.pk) for run in (state.limited, second, third)))}"
+    ]
+
+
+def test_runs_of_other_lanes_do_not_count_against_a_lane(state: State) -> None:
+    limited_run(1, 2, 4)
+    limited_run(2, 2, 4, lane="lane-1")
+    limited_run(3, 2, 4, lane="lane-1")
+    assert not violations(check_all(), "concurrency_limit_respected")
+
+
+def test_a_run_that_entered_and_never_left_holds_its_slot_until_it_finished(state: State) -> None:
+    # It entered at 2 s and failed at 10 s: with another from 4 to 5 s, the lane is full.
+    limited_run(1, 2, None, status="failed", finished_at=FIRST_FIRE + timedelta(seconds=10))
+    limited_run(2, 4, 5)
+    assert not violations(check_all(), "concurrency_limit_respected")
+    limited_run(3, 6, 7)
+    limited_run(4, 6.5, 8)
+    found = violations(check_all(), "concurrency_limit_respected")
+    assert len(found) == 1 and found[0].startswith("lane-0: 3 runs held a slot at 12:00:06.500000"), found
+
+
+def test_a_run_still_holding_its_slot_counts_without_end(state: State) -> None:
+    limited_run(1, 2, None, status="waiting")
+    limited_run(2, 100, 101)
+    limited_run(3, 100.5, 102)
+    assert violations(check_all(), "concurrency_limit_respected")[0].startswith("lane-0: 3 runs held a slot")
+
+
+def test_marks_written_twice_missing_or_of_no_run_are_reported(state: State) -> None:
+    mark(state.limited, ENTER, 1.5)
+    unmarked = limited_run(1, None, None)
+    SlotMark.objects.create(run_id=state.order.pk, key=KEY, lane="lane-0", edge=ENTER, at=FIRST_FIRE)
+    found = violations(check_all(), "concurrency_limit_respected")
+    assert sorted(found) == sorted([
+        f"run {state.limited.pk}: marked its entry 2 and its exit 1 times",
+        f"run {unmarked.pk}: completed without marking its entry and its exit",
+        f"run {state.order.pk}: slot marks of no run of {LIMITED}",
+    ])  # fmt: skip

@@ -34,4 +34,4 @@ def test_the_example_projects_workflow_tests_pass(tmp_path: Path, on_postgres: b
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
-    assert "7 passed" in done.stdout, done.stdout[-2000:]
+    assert "12 passed" in done.stdout, done.stdout[-2000:]

@@ -179,3 +179,104 @@ def test_a_postgresql_database_without_psycopg_is_a_check_error_naming_the_postg
     # With psycopg, the same settings pass (the check does not connect).
     done = run_project(tmp_path, "check", hidden=[], apps=apps, databases=databases, more=more)
     assert done.returncode == 0, done.stderr
+
+
+# A project without the otel extra, tracing off: a run starts, is worked and completes
+# in the same process (SQLite in memory, a workflow declared inline).
+RUN_UNTRACED = """
+from django.core.management import call_command
+from django_weft import activity, client, workflow
+from django_weft.testing.helpers import drive
+
+call_command("migrate", verbosity=0)
+
+
+@activity(name="untraced.double")
+def double(value):
+    return value * 2
+
+
+@workflow(name="untraced.flow")
+def flow(ctx, value):
+    return ctx.run(double, value)
+
+
+handle = client.start("untraced.flow", args=[21])
+print(drive(handle.run_id), handle.result(timeout=5))
+"""
+
+
+def test_without_the_otel_extra_runs_start_and_complete_untraced(tmp_path: Path) -> None:
+    done = run_project(tmp_path, "-c", RUN_UNTRACED, hidden=["opentelemetry"], apps=BASE_APPS)
+    assert done.returncode == 0, done.stderr
+    assert last_line(done.stdout) == "completed 42"
+
+
+def test_tracing_on_without_the_otel_extra_is_a_check_error_naming_the_extra(tmp_path: Path) -> None:
+    more, apps = "WEFT_TRACING = True", [*BASE_APPS, *API_APPS]
+    done = run_project(tmp_path, "check", hidden=["opentelemetry"], apps=apps, more=more)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+    assert (
+        "(django_weft.E029) WEFT_TRACING is on, and the OpenTelemetry API cannot be imported "
+        "(No module named 'opentelemetry')."
+    ) in done.stderr
+    assert "HINT: Install the 'otel' extra: pip install \"django-weft[otel]\"" in done.stderr
+    done = run_project(tmp_path, "check", hidden=[], apps=apps, more=more)
+    assert done.returncode == 0, done.stderr
+
+
+def test_metrics_turned_on_without_prometheus_client_is_a_check_error_naming_the_extra(
+    tmp_path: Path,
+) -> None:
+    done = run_project(
+        tmp_path, "check", hidden=["prometheus_client"], apps=BASE_APPS, more="WEFT_METRICS = True"
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "(django_weft.E027) WEFT_METRICS is on, and prometheus_client cannot be imported" in done.stderr
+    assert "HINT: Install the 'prometheus' extra: pip install \"django-weft[prometheus]\"" in done.stderr
+    done = run_project(tmp_path, "check", hidden=[], apps=[*BASE_APPS, *API_APPS], more="WEFT_METRICS = True")
+    assert done.returncode == 0, done.stderr
+
+
+RUN_WITHOUT_PROMETHEUS = """
+from django.core.management import call_command
+from django_weft import activity, client, metrics, workflow
+from django_weft.engine import observe
+from django_weft.testing import drive
+
+call_command("migrate", verbosity=0)
+
+
+@activity(name="plain.double")
+def double(value):
+    return 2 * value
+
+
+@workflow(name="plain.twice")
+def twice(ctx, value):
+    return ctx.run(double, ctx.run(double, value))
+
+
+handle = client.start("plain.twice", args=[3])
+assert drive(handle.run_id) == "completed"
+assert observe.observers() == () and not metrics.enabled()
+try:
+    import django_weft.metrics.urls
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}")
+print("result", handle.result(timeout=1))
+"""
+
+
+def test_without_prometheus_client_runs_work_and_the_metrics_urls_name_the_extra(tmp_path: Path) -> None:
+    done = run_project(tmp_path, "-c", RUN_WITHOUT_PROMETHEUS, hidden=["prometheus_client"], apps=BASE_APPS)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == "result 12"
+    assert lines[-2] == (
+        "ImproperlyConfigured: django_weft.metrics needs the 'prometheus' extra, and prometheus_client "
+        "cannot be imported (No module named 'prometheus_client'). "
+        'Install it with: pip install "django-weft[prometheus]"'
+    )

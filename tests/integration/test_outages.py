@@ -21,7 +21,9 @@ from tests.support.private_project import ADMIN, PrivateProject, ServerProcess, 
 from tests.support.services import PrivatePostgres, PrivateRedis, postgres_unavailable_reason
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+# Each test runs on a PostgreSQL cluster of its own, whatever the suite's database: once,
+# in the pass of the tests that are independent of it (two at a time).
+pytestmark = [pytest.mark.slow, pytest.mark.database_independent]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,9 @@ def project() -> Iterator[PrivateProject]:
     reason = postgres_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    cluster = PrivatePostgres()
+    # Commits are kept across a crash: a test counts the steps recorded before it and waits
+    # for more, which a lost commit of the last second would make meaningless.
+    cluster = PrivatePostgres(keep_commits=True)
     cluster.start()
     try:
         private = PrivateProject(cluster)

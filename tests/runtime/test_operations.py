@@ -1,7 +1,8 @@
 """The operations catalogue is the one description each surface reads: for every operation
 that takes a reason (or a note) or a wait, the admin's form, the REST serializer and the
 runtime accept the same longest value and refuse the same one character more, and refuse
-the same out-of-range wait. A surface that kept a limit of its own fails here."""
+the same out-of-range wait; and they take a start's priority within the same range. A
+surface that kept a limit of its own fails here."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from rest_framework import serializers
 
 from django_weft import client, runtime
 from django_weft.admin.runs.actions import ReasonForm
-from django_weft.admin.runs.forms import UpdateForm
+from django_weft.admin.runs.forms import StartWorkflowForm, UpdateForm
 from django_weft.admin.runs.reset import ResetForm
 from django_weft.admin.schedules.forms import PauseForm, note_field
 from django_weft.api import serializers as s
 from django_weft.engine.errors import InvalidInput
 from django_weft.models import Schedule, WorkflowRun
-from django_weft.runtime.operations import BACKFILL_LIMIT, OPERATIONS, Operation
+from django_weft.runtime.operations import BACKFILL_LIMIT, OPERATIONS, START_PRIORITY, Operation
 
 pytestmark = pytest.mark.django_db
 
@@ -209,3 +210,33 @@ def test_each_operation_names_permissions_that_exist(name: str) -> None:
     assert described.permissions
     for codename in described.permissions:
         assert Permission.objects.filter(content_type__app_label="django_weft", codename=codename).exists()
+
+
+@pytest.mark.parametrize("priority", [START_PRIORITY.minimum, START_PRIORITY.maximum])
+def test_the_ends_of_the_priority_range_are_taken_at_every_surface(priority: int) -> None:
+    assert OPERATIONS["start"].priority is START_PRIORITY
+    assert "priority" not in _refused_field(_start_form(priority))
+    assert "priority" not in _refused_key(
+        s.StartRunSerializer(data={"workflow": "tests.echo", "priority": priority})
+    )
+    assert (
+        WorkflowRun.objects.get(pk=client.start("tests.echo", priority=priority).run_id).priority == priority
+    )
+
+
+@pytest.mark.parametrize("priority", [START_PRIORITY.minimum - 1, START_PRIORITY.maximum + 1])
+def test_a_priority_past_the_range_is_refused_at_every_surface(priority: int) -> None:
+    bounds = f"from {START_PRIORITY.minimum} to {START_PRIORITY.maximum}"
+    form = _start_form(priority)
+    assert "priority" in _refused_field(form)
+    serializer = s.StartRunSerializer(data={"workflow": "tests.echo", "priority": priority})
+    assert "priority" in _refused_key(serializer)
+    assert bounds in str(serializer.errors["priority"][0])
+    with pytest.raises(InvalidInput, match=bounds) as refused:
+        client.start("tests.echo", priority=priority)
+    assert refused.value.field == "priority"
+    assert not WorkflowRun.objects.exists()
+
+
+def _start_form(priority: int) -> forms.Form:
+    return StartWorkflowForm({"workflow": "tests.echo", "on_conflict": "fail", "priority": str(priority)})

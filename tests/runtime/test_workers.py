@@ -81,12 +81,12 @@ def test_a_worker_sweep_marks_dispatched_only_runs_of_its_workflows(advertising:
     echo = client.start("tests.echo")
     sleepy = client.start("tests.sleepy")
     sweep = DjangoStore().sweep
-    runnable, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows={"tests.echo"})
+    runnable, _, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows={"tests.echo"})
     assert runnable == [echo.run_id]
     assert row(sleepy.run_id)["dispatched_at"] is None
-    runnable, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows=set())
+    runnable, _, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows=set())
     assert runnable == []
-    runnable, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5)  # beat's sweep: every run
+    runnable, _, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5)  # beat's sweep: every run
     assert sorted(runnable) == sorted([echo.run_id, sleepy.run_id])
 
 
@@ -130,11 +130,11 @@ def test_a_starting_worker_sends_out_again_the_runs_the_sweep_held_back(advertis
         dispatched_at=now - timedelta(minutes=30), ready_at=now - timedelta(hours=2)
     )
     # Sent after waiting 90 minutes, 30 minutes ago: the sweep's back-off holds it an hour more.
-    assert DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5) == ([], [])
+    assert DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5)[:2] == ([], [])
     workers.advertise_as("weft_worker")
     workers.advertise_now()
     assert row(handle.run_id)["dispatched_at"] is None
-    assert DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5) == ([handle.run_id], [])
+    assert DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5)[:2] == ([handle.run_id], [])
 
 
 def test_runs_no_live_worker_can_execute_are_listed_by_workflow(advertising: object) -> None:

@@ -132,6 +132,15 @@ def test_renewal_extends_the_lease_and_detects_a_takeover() -> None:
     assert WorkflowRun.objects.get(pk=handle.run_id).owner_epoch == 2
 
 
+def test_renewal_does_not_call_a_run_its_owner_has_just_ended_lost() -> None:
+    store = DjangoStore()
+    handle = client.start("tests.echo")
+    assert store.turns.claim(handle.run_id, "A", 30, 10) is not None
+    store.turns.complete(handle.run_id, "A", 1, "null")
+    # The heartbeat's snapshot still holds it (the turn has not forgotten it yet).
+    assert store.turns.renew("A", {handle.run_id: 1}, 30) == set()
+
+
 def test_engine_renew_leases_deposes_the_lost_run_locally() -> None:
     handle = client.start("tests.fence_probe", args=["rn"])
     engine_a = make_engine("A")

@@ -50,6 +50,8 @@ def test_default_test_settings_pass_the_checks() -> None:
         ({"WEFT_DEFAULT_RETRY_POLICY": {"max_attempts": 0}}, "django_weft.E011"),
         ({"WEFT_DISPATCHER": "nowhere.Dispatcher"}, "django_weft.E012"),
         ({"WEFT_DATABASE_ALIAS": "other"}, "django_weft.E013"),
+        ({"WEFT_READ_DATABASE": "other"}, "django_weft.E030"),
+        ({"WEFT_READ_DATABASE": ["replica"]}, "django_weft.E030"),
         ({"WEFT_AUTODISCOVER_MODULE": "my-workflows"}, "django_weft.E015"),
         ({"WEFT_API_PERMISSION_CLASSES": "rest_framework.permissions.IsAdminUser"}, "django_weft.E016"),
         ({"WEFT_API_PERMISSION_CLASSES": ["myproject.permissions.Nope"]}, "django_weft.E016"),
@@ -58,6 +60,11 @@ def test_default_test_settings_pass_the_checks() -> None:
         ({"WEFT_API_MAX_WAIT": "forever"}, "django_weft.E019"),
         ({"WEFT_API_MAX_WAIT": -1}, "django_weft.E019"),
         ({"WEFT_API_MAX_BODY_BYTES": 0}, "django_weft.E020"),
+        ({"WEFT_RATE_LIMITS": {"tests.paced": "50 per second"}}, "django_weft.E024"),
+        ({"WEFT_RATE_LIMITS": {"tests.paced": "0/s"}}, "django_weft.E024"),
+        ({"WEFT_RATE_LIMITS": {"tests.paced": 50}}, "django_weft.E024"),
+        ({"WEFT_RATE_LIMITS": [("tests.paced", "50/s")]}, "django_weft.E024"),
+        ({"WEFT_RATE_LIMITS": {"tests.pased": "50/s"}}, "django_weft.W002"),
     ],
 )
 @pytest.mark.django_db
@@ -75,6 +82,25 @@ def test_a_bad_retention_says_what_to_fix() -> None:
         "continued or 'default'"
     )
     assert error.hint == "See docs/reference/settings.md#weft_retention"
+
+
+@pytest.mark.django_db
+def test_rate_limits_in_the_documented_forms_pass_and_a_bad_one_says_what_to_write() -> None:
+    assert (
+        ids(WEFT_RATE_LIMITS={"tests.paced": "50/s", "tests.twenty": "10/5s", "tests.per_account": "600/m"})
+        == set()
+    )
+    with override_settings(WEFT_RATE_LIMITS={"tests.paced": "50/s", "tests.twenty": "50 per second"}):
+        (error,) = [message for message in run_checks() if message.id == "django_weft.E024"]
+    assert error.msg == (
+        "WEFT_RATE_LIMITS is invalid: WEFT_RATE_LIMITS['tests.twenty'] is '50 per second'; write "
+        "'<limit>/<period>', for example '50/s', '600/m' or '10/5s'."
+    )
+    assert error.hint.endswith("See docs/reference/settings.md#weft_rate_limits")
+    with override_settings(WEFT_RATE_LIMITS={"stripe": "50/s"}):
+        (warning,) = [message for message in run_checks() if message.id == "django_weft.W002"]
+    assert "names the rate limit 'stripe', which no registered activity uses" in warning.msg
+    assert "tests.paced" in warning.hint
 
 
 @pytest.mark.django_db(transaction=True)

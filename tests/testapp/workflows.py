@@ -1036,7 +1036,15 @@ def outlasts_outages(ctx: Any, rounds: int = 4, seconds: float = 0.5) -> int:
     return rounds
 
 
-from . import replay_workflows  # noqa: E402, F401  (registers the replay tests' workflows)
+from . import (  # noqa: E402, F401  (register the workflows of those tests)
+    activity_flow_workflows,
+    async_workflows,
+    flow_workflows,
+    observe_workflows,
+    replay_workflows,
+    task_workflows,
+    traced_workflows,
+)
 
 # Workers started with WEFT_TEST_WITHOUT_LATE=1 lack these (tests of workers that do not
 # have a workflow's code).

@@ -28,7 +28,8 @@ def _turn_statements() -> list[str]:
 
 
 def _claim_and_finish(statements: list[str]) -> tuple[str, str]:
-    claim = next(sql for sql in statements if sql.startswith("UPDATE") and "owner_epoch + 1" in sql)
+    claims = (sql for sql in statements if sql.startswith(("UPDATE", "WITH old AS")))
+    claim = next(sql for sql in claims if "owner_epoch + 1" in sql)
     finish = next(sql for sql in statements if sql.startswith("WITH done AS"))
     return claim, finish
 

@@ -358,3 +358,19 @@ def test_a_renewed_lease_runs_from_the_virtual_time_and_holds_off_a_takeover(wef
     assert (row.owner_id, row.status) == ("slow-worker", "running")
     weft.advance(settings.WEFT_TAKEOVER_GRACE + 1)
     assert run.status() == "completed"
+
+
+# -- flow control ---------------------------------------------------------------------------------
+
+
+def test_attempts_held_by_a_rate_limit_go_at_their_moments_in_virtual_time(weft) -> None:
+    # tests.per_account: one attempt per 10 s for each account.
+    first = weft.start("tests.af.one", "per_account", "v1", account="a")
+    second = weft.start("tests.af.one", "per_account", "v2", account="a")
+    other = weft.start("tests.af.one", "per_account", "v3", account="b")
+    assert (first.status(), second.status(), other.status()) == ("completed", "waiting", "completed")
+    weft.advance("9s")
+    assert second.status() == "waiting"
+    weft.advance("1s")
+    assert second.status() == "completed"
+    assert SideEffect.objects.filter(key__startswith="account:a:").count() == 2

@@ -9,7 +9,6 @@ keep its own error handling; no middleware to add (docs/how-to/admin.md).
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -18,9 +17,10 @@ from django.template.loader import render_to_string
 from django.template.response import SimpleTemplateResponse
 from django.urls import URLPattern
 
+from ...engine.run_logging import get_logger
 from ...runtime.outages import DATABASE_UNAVAILABLE, RETRY_AFTER, database_unavailable
 
-logger = logging.getLogger("django_weft.admin")
+logger = get_logger("django_weft.admin")
 
 TEMPLATE = "admin/django_weft/database_unavailable.html"
 

@@ -12,6 +12,9 @@ What is shared (the confirmation page is :mod:`.confirmation`; the actions live 
 - the names the confirmation pages post back (:data:`ALL_MATCHING`, :data:`AS_OF`,
   :data:`RETURN_TO`) and the helpers that read them;
 - :func:`describe_filters`, the filter and search in words, for the confirmation page.
+
+The list itself only shows rows: a GET of it reads ``WEFT_READ_DATABASE`` (:mod:`.reads`);
+its actions are POSTs, which read and change the primary database.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from .outages import answering_outages
+from .reads import show_only
 
 ALL_MATCHING = "_weft_all_matching"
 """POSTed as ``1``: act on every row the changelist's query string matches."""
@@ -144,6 +148,7 @@ class ConfirmedActionsAdmin(admin.ModelAdmin):
             # No database column holds a NUL: PostgreSQL would refuse the query (a 500).
             self.message_user(request, "The address holds a NUL character; it was ignored.", messages.ERROR)
             return HttpResponseRedirect(request.path)
+        show_only(request)
         if request.method == "POST" and "_save" not in request.POST:
             chosen = chosen_action(request)
             if chosen in self.guarded_actions and chosen not in self.get_actions(request):

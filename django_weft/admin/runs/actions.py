@@ -32,7 +32,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from ... import runtime
-from ...conf import weft_settings
 from ...models import WorkflowRun
 from ...runtime.operations import CANCEL_REASON, OPERATIONS
 from ..common.confirmation import (
@@ -237,9 +236,7 @@ def _log_changes(
 ) -> None:
     """One admin ``LogEntry`` (a change) per changed run, written in bulk."""
     ids = outcome.changed_ids
-    runs = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).only(
-        "id", "workflow_id", "workflow_name", "status"
-    )
+    runs = runtime.run_queryset().only("id", "workflow_id", "workflow_name", "status")
     for start in range(0, len(ids), 500):
         LogEntry.objects.log_actions(
             user_id=request.user.pk,  # type: ignore[arg-type]  # a staff user, never anonymous

@@ -1,8 +1,11 @@
 """The workflow runs' admin: a changelist that stays fast on millions of rows and a
 read-only detail page with the step timeline.
 
-Reads only: rows are listed through the ``WorkflowRun`` queryset (as the REST list does)
-and a run's history through :mod:`django_weft.runtime`; nothing here writes a row.
+Reads only: rows are listed through the runtime's run queryset (as the REST list does)
+and a run's history through :mod:`django_weft.runtime`; nothing here writes a row. The
+list and a run's page only show rows, so they read ``WEFT_READ_DATABASE``
+(:mod:`..common.reads`); what a run's page reads about the run comes from where the run
+was read.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ... import runtime
-from ...conf import weft_settings
 from ...engine.records import TERMINAL_STATUSES, CancelRequest, RunStatus
 from ...engine.reset import ResetLink
 from ...models import Schedule, WorkflowRun
@@ -32,11 +34,15 @@ from ...runtime.operations import OPERATIONS
 from ...runtime.starts import RELATED_OBJECT_ATTRIBUTE
 from .. import timeline
 from ..common.display import json_block, moment_field, pretty_json, run_link, status_badge, zoned_moment
+from ..common.reads import reads_may_lag, show_only
 from ..common.urls import admin_url
 from .actions import RUN_ACTIONS, RunActionsAdmin
 from .changelist import (
+    ConcurrencyKeyFilter,
     FinishedFilter,
+    FlowControlFilter,
     HasParentFilter,
+    KindFilter,
     LookAheadPaginator,
     OverdueFilter,
     RunChangeList,
@@ -79,12 +85,15 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
     list_display_links = ("workflow_id",)
     list_filter = (
         "status",
+        KindFilter,
         WorkflowNameFilter,
         "failure_category",
         ("created_at", admin.DateFieldListFilter),
         HasParentFilter,
         OverdueFilter,
         FinishedFilter,
+        FlowControlFilter,
+        ConcurrencyKeyFilter,
     )
     # The search is ours (get_search_results); a non-empty search_fields shows the box.
     search_fields = ("workflow_id",)
@@ -114,6 +123,8 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
                     "finished",
                     "duration",
                     "attempt",
+                    "priority",
+                    "flow_control",
                     "waits_on",
                     "waiting_on_json",
                     "cancellation_request",
@@ -173,7 +184,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
     # -- changelist ---------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).all()
+        return runtime.run_queryset(may_lag=reads_may_lag(request))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
@@ -248,7 +259,8 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         steps = getattr(run, "weft_waited_steps", None)
         if steps is None:  # the detail page: one run, read its waited steps here
             seqs = waited_positions(run.waiting_on)
-            steps = runtime.read_steps_at({str(run.pk): seqs}).get(str(run.pk), {}) if seqs else {}
+            found = runtime.read_steps_at({str(run.pk): seqs}, same_database_as=run) if seqs else {}
+            steps = found.get(str(run.pk), {})
         return describe_wait(
             run.waiting_on,
             steps=steps,
@@ -256,6 +268,10 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
             tz=timezone.get_current_timezone(),
             today=timezone.now(),
         )
+
+    @admin.display(description="concurrency")
+    def flow_control(self, run: WorkflowRun) -> str:
+        return slot_words(runtime.run_slot(run))
 
     @admin.display(description="waiting on (as recorded)")
     def waiting_on_json(self, run: WorkflowRun) -> SafeString | str:
@@ -309,7 +325,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
     def parent_link(self, run: WorkflowRun) -> SafeString | str:
         if run.parent_id is None:
             return "-"
-        parent = WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS).filter(pk=run.parent_id)
+        parent = runtime.run_queryset(same_database_as=run).filter(pk=run.parent_id)
         found = parent.only("id", "workflow_id", "workflow_name", "status").first()
         if found is None:
             return f"{run.parent_id} (no longer kept)"
@@ -322,8 +338,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         if not isinstance(schedule_id, str):
             return "-"
         fire = f"the fire of {attributes.get('weft_scheduled_at') or '?'}"
-        schedules = Schedule.objects.using(weft_settings.DATABASE_ALIAS)
-        if not schedules.filter(pk=schedule_id).exists():
+        if not runtime.schedule_queryset(same_database_as=run).filter(pk=schedule_id).exists():
             return f"{schedule_id} (deleted since), {fire}"
         url = admin_url(Schedule, "change", schedule_id, site=self.admin_site.name)
         return format_html('<a href="{}">{}</a>, {}', url, schedule_id, fire)
@@ -331,7 +346,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
     @admin.display(description="child runs")
     def children_links(self, run: WorkflowRun) -> SafeString | str:
         children = list(
-            WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+            runtime.run_queryset(same_database_as=run)
             .filter(parent_id=run.pk)
             .only("id", "workflow_id", "workflow_name", "status", "created_at")
             .order_by("created_at", "id")[: CHILDREN_SHOWN + 1]
@@ -348,11 +363,11 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
 
     @admin.display(description="reset from")
     def reset_from_link(self, run: WorkflowRun) -> SafeString | str:
-        return _reset_link(run.reset_from, "this run kept its entries before position")
+        return _reset_link(run, run.reset_from, "this run kept its entries before position")
 
     @admin.display(description="reset to")
     def reset_to_link(self, run: WorkflowRun) -> SafeString | str:
-        return _reset_link(run.reset_to, "it kept this run's entries before position")
+        return _reset_link(run, run.reset_to, "it kept this run's entries before position")
 
     # -- the detail page ----------------------------------------------------------------
 
@@ -377,6 +392,7 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         foldable JSON, its family, its search attributes, its ownership; whether the page
         refreshes itself (a live run) and how often."""
         live = run.status not in TERMINAL_STATUSES
+        slot = runtime.run_slot(run)
         facts = [
             # The workflow and its workflow id are the header's title.
             ("run id", format_html("<code>{}</code>", run.pk)),
@@ -386,7 +402,10 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
             ("finished", zoned_moment(run.finished_at) if run.finished_at else ""),
             ("duration", self.duration(run)),
             ("attempt", str(run.attempt) if run.attempt > 1 else ""),
-            ("waits on", self.waits_on(run)),
+            ("priority", str(run.priority)),
+            ("concurrency", slot_words(slot)),
+            # A queued run's reason with the slots in use now, not when it was queued.
+            ("waits on", slot.reason if slot is not None and slot.reason else self.waits_on(run)),
             ("cancellation", self.cancellation_request(run) if run.cancel_request else ""),
             ("runnable since", zoned_moment(run.ready_at) if live and run.ready_at else ""),
             ("deadline", zoned_moment(run.execution_deadline) if run.execution_deadline else ""),
@@ -467,7 +486,8 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         except ValueError:
             page = 1
         outline = entries[(page - 1) * STEPS_PER_PAGE : page * STEPS_PER_PAGE]
-        full = runtime.read_steps_at({str(run.pk): [entry.seq for entry in outline]}).get(str(run.pk), {})
+        read = runtime.read_steps_at({str(run.pk): [entry.seq for entry in outline]}, same_database_as=run)
+        full = read.get(str(run.pk), {})
         shown = [full.get(entry.seq, entry) for entry in outline]
         # "Reset to here" on each entry, for a user who may reset, unless the run was
         # replaced already (reset, or continued as new). A later start under its workflow
@@ -508,16 +528,34 @@ class WorkflowRunAdmin(RunActionsAdmin):  # the lifecycle actions and buttons: s
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse | TemplateResponse:
         extra = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False}
+        show_only(request)  # a run's page changes nothing: its buttons post to the changelist
         return super().changeform_view(request, object_id, form_url, extra)
 
 
-def _reset_link(stored: object, how: str) -> SafeString | str:
+def slot_words(slot: runtime.RunSlot | None) -> str:
+    """A run's key and slot, with its group's slots in use now: "key customer-7, holds a
+    slot, 1 of 1 in use"; "" for a run of a workflow without a concurrency limit."""
+    if slot is None:
+        return ""
+    key = f"key {slot.key}" if slot.key else "one limit for the workflow"
+    if slot.limit is not None and slot.limit.per_workflow and slot.key:
+        key += " (its workflow's slots are shared by all keys)"
+    state = {"held": "holds a slot", "queued": "queued for a slot"}.get(slot.slot, "")
+    figures = ""
+    if slot.limit is None:
+        figures = "its workflow is not registered in this process, so its limit is unknown here"
+    elif slot.in_use is not None:
+        figures = f"{slot.in_use} of {slot.limit.limit} in use"
+    return ", ".join(part for part in (key, state, figures) if part)
+
+
+def _reset_link(run: WorkflowRun, stored: object, how: str) -> SafeString | str:
     """A reset's other run, as a link, with where the history was cut and why."""
     link = ResetLink.of(stored)
     if link is None:
         return "-"
     other = (
-        WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        runtime.run_queryset(same_database_as=run)
         .filter(pk=link.run_id)
         .only("id", "workflow_id", "workflow_name", "status")
         .first()

@@ -17,10 +17,10 @@ from django.db.models.functions import Now
 from django.http import HttpRequest
 
 from ... import runtime
-from ...conf import weft_settings
 from ...engine.records import TERMINAL_STATUSES
 from ...engine.registry import registry
 from ...models import Timer, WorkflowRun
+from ..common.reads import reads_may_lag
 from .waits import waited_positions
 
 LIST_COLUMNS = (
@@ -97,7 +97,8 @@ class RunChangeList(ChangeList):
         super().get_results(request)
         runs = list(self.result_list)
         positions = {str(run.pk): waited_positions(run.waiting_on) for run in runs if run.waiting_on}
-        waited = runtime.read_steps_at({key: seqs for key, seqs in positions.items() if seqs})
+        wanted = {key: seqs for key, seqs in positions.items() if seqs}
+        waited = runtime.read_steps_at(wanted, may_lag=reads_may_lag(request))
         for run in runs:
             run.weft_waited_steps = waited.get(str(run.pk), {})
         self.result_list = runs
@@ -126,6 +127,26 @@ class WorkflowNameFilter(admin.SimpleListFilter):
         return queryset.filter(workflow_name=value) if value else queryset
 
 
+class KindFilter(admin.SimpleListFilter):
+    """Tasks of Django's task framework (run by ``WeftTaskBackend``) or workflows, by the
+    registered names of each (the workflow name index; no scan of search attributes).
+    Shown once a task is registered."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        if not registry.workflow_names_of_kind("task"):
+            return []
+        return [("task", "tasks"), ("workflow", "workflows")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        if value in ("task", "workflow"):
+            return queryset.of_kind(value)  # type: ignore[attr-defined]
+        return queryset
+
+
 class HasParentFilter(admin.SimpleListFilter):
     """Child runs (started by another run) or top-level runs."""
 
@@ -146,6 +167,45 @@ class HasParentFilter(admin.SimpleListFilter):
 # -- filters the dashboard links to ---------------------------------------------------------
 
 
+class FlowControlFilter(admin.SimpleListFilter):
+    """Runs by their place under a concurrency limit: queued for a slot, holding one, or
+    of a workflow without a limit. The first two read the partial indexes of flow control
+    (``weft_run_flow_queue``, ``weft_run_flow_live``)."""
+
+    title = "flow control"
+    parameter_name = "flow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("queued", "queued for a slot"), ("holding", "holding a slot"), ("none", "no limit")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        if self.value() == "queued":
+            return queryset.queued_for_slot()  # type: ignore[attr-defined]
+        if self.value() == "holding":
+            return queryset.holding_slot()  # type: ignore[attr-defined]
+        if self.value() == "none":
+            return queryset.filter(concurrency_key__isnull=True)
+        return queryset
+
+
+class ConcurrencyKeyFilter(admin.SimpleListFilter):
+    """Runs counted under one concurrency key, given in the address
+    (``?concurrency_key=customer-7``, as the dashboard's busiest keys link to it), whatever
+    their status. Shown once a key is chosen, to clear it: offering keys would take a
+    grouped query over the runs on every page view, and the list groups and counts nothing."""
+
+    title = "concurrency key"
+    parameter_name = "concurrency_key"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        chosen = self.value()
+        return [(chosen, chosen)] if chosen else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        return queryset.filter(concurrency_key=value) if value else queryset
+
+
 class OverdueFilter(admin.SimpleListFilter):
     """What the sweep has yet to pick up: owned runs whose lease has expired (their worker
     died or stalled), and runs with a timer past its fire time that has not fired. Each
@@ -161,7 +221,8 @@ class OverdueFilter(admin.SimpleListFilter):
         if self.value() == "lease":
             return queryset.expired_leases(Now(), 0)  # type: ignore[attr-defined]
         if self.value() == "timer":
-            due = Timer.objects.using(weft_settings.DATABASE_ALIAS).due(Now()).values("run_id")
+            # No alias of its own: a subquery runs on the database of the list it filters.
+            due = Timer.objects.due(Now()).values("run_id")
             return queryset.filter(pk__in=due)
         return queryset
 
@@ -194,7 +255,9 @@ class FinishedFilter(admin.SimpleListFilter):
 
 __all__ = [
     "LIST_COLUMNS",
+    "ConcurrencyKeyFilter",
     "FinishedFilter",
+    "FlowControlFilter",
     "HasParentFilter",
     "LookAheadPaginator",
     "OverdueFilter",

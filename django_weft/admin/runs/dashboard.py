@@ -1,15 +1,19 @@
 """The runs dashboard at ``admin/django_weft/workflowrun/dashboard/``: counts per status
 and per workflow, the oldest waiting and runnable runs, expired leases, due timers, the
-live workers and the runs none of them can execute, runs finished per minute over the
-last hour as a sparkline, and for users who may view schedules, the schedules at a
-glance. Every number links to the changelist filtered to the runs (or schedules) it
-counts.
+live workers and the runs none of them can execute, the busiest concurrency keys, the
+rate limits that are behind and the busiest activity concurrency groups, runs finished
+per minute over the last hour as a sparkline, and for users who may view schedules, the
+schedules at a glance. Every count of runs (or schedules) links to the changelist
+filtered to those it counts.
 
 The figures come from :func:`django_weft.runtime.status_report`,
-:func:`django_weft.runtime.worker_coverage` and
+:func:`django_weft.runtime.worker_coverage`, :func:`django_weft.runtime.busiest_keys`,
+:func:`django_weft.runtime.busy_rate_limits`,
+:func:`django_weft.runtime.busiest_activity_groups` and
 :func:`django_weft.runtime.finished_per_minute` (the figures ``weft_status`` prints);
 the page reads a fixed number of queries however many runs there are, takes no query
-parameters, and writes nothing.
+parameters, and writes nothing. It only shows figures, so it reads them from
+``WEFT_READ_DATABASE`` (:mod:`..common.reads`).
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from django.utils.formats import date_format
 from django.utils.safestring import SafeString
 
 from ... import runtime
-from ...conf import weft_settings
 from ...models import Schedule, WorkflowRun
 from ...runtime.operations import OPERATIONS
 from ..common.display import moment, status_badge
+from ..common.reads import reads_may_lag, show_only
 from ..common.urls import admin_url, url_name
 from ..timeline import format_duration
 from .changelist import queue_of
@@ -64,13 +68,20 @@ def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin[WorkflowR
         return HttpResponseNotAllowed(["GET", "HEAD"])
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    report = runtime.status_report()
-    finished = runtime.finished_per_minute(SPARKLINE_MINUTES, now=report.read_at)
+    show_only(request)
+    lag = reads_may_lag(request)
+    report = runtime.status_report(may_lag=lag)
+    finished = runtime.finished_per_minute(SPARKLINE_MINUTES, now=report.read_at, may_lag=lag)
     changelist = admin_url(WorkflowRun, "changelist", site=model_admin.admin_site.name)
     schedules = None
     if OPERATIONS["view_schedule"].allowed(request.user):
-        schedules = ScheduleFigures.read(admin_name=model_admin.admin_site.name)
-    workers = WorkerFigures.build(runtime.worker_coverage(report), changelist_url=changelist)
+        schedules = ScheduleFigures.read(admin_name=model_admin.admin_site.name, may_lag=lag)
+    workers = WorkerFigures.build(runtime.worker_coverage(report, may_lag=lag), changelist_url=changelist)
+    keys = KeyRow.build_all(runtime.busiest_keys(now=report.read_at, may_lag=lag), changelist_url=changelist)
+    rate_limits = BucketRow.build_all(runtime.busy_rate_limits(now=report.read_at, may_lag=lag))
+    activity_groups = ActivityGroupRow.build_all(
+        runtime.busiest_activity_groups(now=report.read_at, may_lag=lag)
+    )
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Workflow runs dashboard",
@@ -78,10 +89,13 @@ def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin[WorkflowR
         "app_label": model_admin.opts.app_label,
         "changelist_url": changelist,
         "dashboard": Dashboard.build(
-            report, finished, changelist_url=changelist, admin_name=model_admin.admin_site.name
+            report, finished, changelist_url=changelist, admin_name=model_admin.admin_site.name, may_lag=lag
         ),
         "schedules": schedules,
         "workers": workers,
+        "concurrency_keys": keys,
+        "rate_limits": rate_limits,
+        "activity_groups": activity_groups,
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, TEMPLATE, context)
@@ -152,6 +166,7 @@ class Dashboard:
         *,
         changelist_url: str,
         admin_name: str = "admin",
+        may_lag: bool = False,
     ) -> Dashboard:
         link = _linker(changelist_url)
         now = report.read_at
@@ -187,7 +202,12 @@ class Dashboard:
             headers=tuple(status_badge(status) for status in columns),
             workflows=workflows,
             oldest_waiting=_oldest(
-                report.oldest_waiting, now, admin_name, since=lambda run: run.updated_at, tz=tz
+                report.oldest_waiting,
+                now,
+                admin_name,
+                since=lambda run: run.updated_at,
+                tz=tz,
+                may_lag=may_lag,
             ),
             oldest_runnable=_oldest(
                 report.oldest_runnable,
@@ -195,6 +215,7 @@ class Dashboard:
                 admin_name,
                 since=lambda run: run.ready_at or run.created_at,
                 tz=tz,
+                may_lag=may_lag,
             ),
             expired_leases=Figure(report.expired_leases, link(overdue="lease")),
             due_timers=Figure(report.due_timers, link(overdue="timer")),
@@ -269,6 +290,120 @@ class WorkerFigures:
 
 
 @dataclass(frozen=True)
+class KeyRow:
+    """One of the busiest concurrency keys: its workflow, its key, its slots in use out of
+    the workflow's limit, its runs queued and how long the one queued longest has waited;
+    each count links to the runs it counts."""
+
+    workflow: str
+    key: str
+    """The key as a person reads it ("(whole workflow)" for a limit without keys, or one
+    whose keys share its slots)."""
+    in_use: Figure
+    limit: str
+    """The workflow's limit in this process's code; "?" when it is not registered here."""
+    queued: Figure
+    queued_for: str
+    """How long the run queued longest has waited; "" when none is queued."""
+    full: bool
+    """Every slot is taken."""
+
+    @classmethod
+    def build_all(cls, busiest: runtime.BusiestKeys, *, changelist_url: str) -> tuple[KeyRow, ...]:
+        link = _linker(changelist_url)
+        rows = []
+        for group in busiest.keys:
+            runs = {"workflow": group.workflow}
+            if group.key:
+                runs["concurrency_key"] = group.key
+            oldest = group.oldest_queued_at
+            rows.append(
+                cls(
+                    workflow=group.workflow,
+                    key=group.key or "(whole workflow)",
+                    in_use=Figure(group.in_use, link(**runs, flow="holding")),
+                    limit=str(group.limit) if group.limit is not None else "?",
+                    queued=Figure(group.queued, link(**runs, flow="queued")),
+                    queued_for=format_duration(max(busiest.read_at - oldest, timedelta(0))) if oldest else "",
+                    full=group.limit is not None and group.in_use >= group.limit,
+                )
+            )
+        return tuple(rows)
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    """A rate limit bucket that is behind: its name, its key, the rate in force and how
+    far ahead its next free moment is, in time and about in attempts."""
+
+    name: str
+    key: str
+    """The key as a person reads it ("(no key)" for a limit without keys)."""
+    rate: str
+    """"?" when the rate limit is not registered here."""
+    backlog: str
+    attempts: str
+    """"about N attempts"; "" when the rate is unknown."""
+
+    @classmethod
+    def build_all(cls, busy: runtime.BusyBuckets) -> tuple[BucketRow, ...]:
+        return tuple(
+            cls(
+                name=bucket.name,
+                key=bucket.key or "(no key)",
+                rate=str(bucket.rate) if bucket.rate is not None else "?",
+                backlog=format_duration(bucket.backlog),
+                attempts=_about_attempts(bucket.backlog_attempts),
+            )
+            for bucket in busy.buckets
+        )
+
+
+@dataclass(frozen=True)
+class ActivityGroupRow:
+    """One of the busiest activity concurrency groups: its activity, its key, its slots
+    held out of the activity's limit, its attempts waiting and how long the one waiting
+    longest has waited."""
+
+    activity: str
+    key: str
+    """The key as a person reads it ("(no key)" for a limit without keys)."""
+    held: int
+    limit: str
+    """"?" when the activity is not registered here."""
+    waiting: int
+    waiting_for: str
+    """"" when none waits."""
+    full: bool
+
+    @classmethod
+    def build_all(cls, busiest: runtime.BusiestActivityGroups) -> tuple[ActivityGroupRow, ...]:
+        rows = []
+        for group in busiest.groups:
+            oldest = group.oldest_waiting_at
+            rows.append(
+                cls(
+                    activity=group.activity,
+                    key=group.key or "(no key)",
+                    held=group.held,
+                    limit=str(group.limit) if group.limit is not None else "?",
+                    waiting=group.waiting,
+                    waiting_for=format_duration(max(busiest.read_at - oldest, timedelta(0)))
+                    if oldest
+                    else "",
+                    full=group.limit is not None and group.held >= group.limit,
+                )
+            )
+        return tuple(rows)
+
+
+def _about_attempts(count: int | None) -> str:
+    if count is None:
+        return ""
+    return f"about {count} attempt{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True)
 class ScheduleFigures:
     """The schedules at a glance (two queries), for users who may view them: how many,
     how many paused, how many whose last fire could not start a run, and the next fire."""
@@ -281,10 +416,10 @@ class ScheduleFigures:
     next_url: str
 
     @classmethod
-    def read(cls, *, admin_name: str = "admin") -> ScheduleFigures:
+    def read(cls, *, admin_name: str = "admin", may_lag: bool = False) -> ScheduleFigures:
         changelist = admin_url(Schedule, "changelist", site=admin_name)
         link = _linker(changelist)
-        schedules = Schedule.objects.using(weft_settings.DATABASE_ALIAS)
+        schedules = runtime.schedule_queryset(may_lag=may_lag)
         counts = schedules.aggregate(
             total=Count("pk"),
             paused=Count("pk", filter=Q(paused=True)),
@@ -332,6 +467,7 @@ def _oldest(
     *,
     since: Callable[[runtime.RunRecord], datetime],
     tz: Any,
+    may_lag: bool,
 ) -> OldestRun | None:
     if run is None:
         return None
@@ -339,7 +475,7 @@ def _oldest(
     detail = ""
     if run.waiting_on:
         seqs = waited_positions(run.waiting_on)
-        steps = runtime.read_steps_at({run.run_id: seqs}).get(run.run_id, {}) if seqs else {}
+        steps = runtime.read_steps_at({run.run_id: seqs}, may_lag=may_lag).get(run.run_id, {}) if seqs else {}
         detail = describe_wait(run.waiting_on, steps=steps, queue_of=queue_of, tz=tz, today=now)
     return OldestRun(
         url=admin_url(WorkflowRun, "change", run.run_id, site=admin_name),

@@ -21,7 +21,7 @@ from django.core.validators import MaxValueValidator
 
 from ...engine.search_attributes import NAME_RULE, is_attribute_name
 from ...models.runs import WORKFLOW_ID_MAX_LENGTH
-from ...runtime.operations import OPERATIONS, WaitRule
+from ...runtime.operations import OPERATIONS, START_PRIORITY, WaitRule
 from ..common.forms import DurationTextField, JSONTextField, TextField, workflow_choices
 
 
@@ -174,3 +174,16 @@ class StartWorkflowForm(forms.Form):
         what="the search attributes",
         help_text='A JSON object stored with the run for searching, such as {"customer": 7}.',
     )
+    priority = forms.IntegerField(
+        required=False,
+        min_value=START_PRIORITY.minimum,
+        max_value=START_PRIORITY.maximum,
+        initial=START_PRIORITY.default,
+        help_text=f"{START_PRIORITY.minimum} to {START_PRIORITY.maximum}, higher first; empty for "
+        f"{START_PRIORITY.default}. It orders the run among those waiting for a worker or for a "
+        "concurrency slot.",
+    )
+
+    def clean_priority(self) -> int:
+        priority = self.cleaned_data.get("priority")
+        return START_PRIORITY.default if priority is None else int(priority)

@@ -20,7 +20,6 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html
 
 from ... import runtime
-from ...conf import weft_settings
 from ...engine.errors import WeftError
 from ...models import WorkflowRun
 from ...runtime.operations import OPERATIONS, RESET_REASON
@@ -44,7 +43,7 @@ def may_reset(request: HttpRequest) -> bool:
 def newer_run(run: WorkflowRun) -> WorkflowRun | None:
     """The latest run of ``run``'s workflow id if it is not ``run`` (then ``run`` cannot be reset)."""
     return (
-        WorkflowRun.objects.using(weft_settings.DATABASE_ALIAS)
+        runtime.run_queryset(same_database_as=run)
         .filter(workflow_id=run.workflow_id, created_at__gt=run.created_at)
         .only("id", "workflow_id", "workflow_name", "status", "created_at")
         .order_by("-created_at")

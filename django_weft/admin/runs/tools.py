@@ -349,24 +349,36 @@ class StartWorkflowView(WorkflowRunToolView):
                     execution_timeout=data["execution_timeout"],
                     start_delay=data["start_delay"],
                     search_attributes=data["search_attributes"],
+                    priority=data["priority"],
                 )
             except WorkflowAlreadyExists as exc:
                 self.add_error(form, exc, "workflow_id")
             except WorkflowNotRegistered as exc:
                 self.add_error(form, exc, "workflow")
-            except WeftError as exc:  # the arguments do not fit, a bad id or payload...
-                self.add_error(form, exc)
+            except WeftError as exc:  # the arguments do not fit, a bad id or payload, no slot...
+                self.add_error(form, exc, getattr(exc, "field", None))
             else:
-                return self.started(request, started)
+                return self.started(request, started, asked_id=data["workflow_id"] or None)
         return self.render(request, form)
 
-    def started(self, request: HttpRequest, started: runtime.StartResult) -> HttpResponse:
+    def started(
+        self, request: HttpRequest, started: runtime.StartResult, asked_id: str | None = None
+    ) -> HttpResponse:
         run = runtime.get_run(started.run_id)
         if started.created:
             self.admin.log_addition(
                 request, run, f"Started workflow {run.workflow_name} (workflow id {run.workflow_id})."
             )
             messages.success(request, f"Started {run.workflow_name} {run.workflow_id}: run {run.pk}.")
+        elif run.workflow_id != asked_id:
+            # Concurrency(on_limit="skip"): the run holding the key stands for the start.
+            where = f"key {run.concurrency_key}" if run.concurrency_key else "the workflow"
+            messages.warning(
+                request,
+                f"Every concurrency slot of {where} is taken (the oldest by run {run.pk}, "
+                f"{run.workflow_id}), and {run.workflow_name} skips starts until one frees; no new "
+                "run was started.",
+            )
         else:
             status = WorkflowRun.Status(run.status).label
             messages.warning(

@@ -4,9 +4,12 @@ and delete (:mod:`.actions`); the add and change form of a schedule made by hand
 (:mod:`.forms`); a schedule's page with its next fire times, recent actions and
 runs (:mod:`.display`); and the **Backfill** tool (:mod:`.backfill`).
 
-Reads only: rows are listed through the ``Schedule`` queryset, a schedule's state through
-:func:`django_weft.runtime.describe_schedules`; every change goes through the runtime's
-schedule functions, which check it first and write it (nothing here saves a row).
+Reads only: rows are listed through the runtime's schedule queryset, a schedule's state
+through :func:`django_weft.runtime.describe_schedules`; every change goes through the
+runtime's schedule functions, which check it first and write it (nothing here saves a
+row). The list, and a schedule's page to a user who may not change schedules, only show
+rows: they read ``WEFT_READ_DATABASE`` (:mod:`..common.reads`); a form that may be saved
+reads the primary database.
 A schedule declared in code (``managed``) shows its declaration read-only: only its note
 can be changed here, and it cannot be deleted from here (the next ``weft_schedules sync``
 would put it back); it can be paused, unpaused, triggered and backfilled like any other.
@@ -28,13 +31,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ... import runtime
-from ...conf import weft_settings
 from ...engine.errors import ScheduleManaged, ScheduleNotFound
 from ...models import Schedule, WorkflowRun
 from ...runtime.operations import OPERATIONS
 from ...runtime.schedules import spec_of
 from ..common.display import moment, zoned_moment
 from ..common.forms import as_sentence
+from ..common.reads import reads_may_lag, show_only
 from ..common.selection import RETURN_TO, ConfirmedActionsAdmin
 from ..common.urls import admin_url, url_name
 from .actions import (
@@ -219,7 +222,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
     # -- the list ---------------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
-        return Schedule.objects.using(weft_settings.DATABASE_ALIAS).all()
+        return runtime.schedule_queryset(may_lag=reads_may_lag(request))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ScheduleChangeList
@@ -314,6 +317,19 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """No related rows."""
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if not self.has_change_permission(request):
+            # Read-only to this user: the page only shows the schedule. A form that may be
+            # saved is read from the primary, so it is not filled with a lagging copy.
+            show_only(request)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def get_object(
         self, request: HttpRequest, object_id: str, from_field: str | None = None

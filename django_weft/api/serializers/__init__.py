@@ -25,6 +25,7 @@ from .fields import (
     DurationField,
     ErrorBodySerializer,
     ErrorSerializer,
+    RuleField,
     StrictSerializer,
 )
 from .runs import (
@@ -107,6 +108,7 @@ __all__ = [
     "ResetRequestSerializer",
     "ResetSerializer",
     "ResultSerializer",
+    "RuleField",
     "RunPageSerializer",
     "RunSerializer",
     "ScheduleActionSerializer",

@@ -10,7 +10,9 @@ from typing import Any
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
+from ...engine.errors import InvalidInput
 from ...engine.records import RunStatus
+from ...runtime.operations import WholeNumberRule
 
 STATUS_CHOICES = [status.value for status in RunStatus]
 
@@ -22,6 +24,22 @@ class DurationField(serializers.JSONField):
         if isinstance(data, bool) or not isinstance(data, int | float | str):
             raise serializers.ValidationError('Give seconds (a number) or a duration string such as "1h30m".')
         return data
+
+
+class RuleField(serializers.IntegerField):
+    """A whole number the operations catalogue's rule checks (a start's ``priority``): the
+    schema shows the rule's range, and a value is accepted or refused, with the rule's
+    message, exactly as the runtime would (no numeric strings, no floats, no booleans)."""
+
+    def __init__(self, rule: WholeNumberRule, **kwargs: Any) -> None:
+        self.rule = rule
+        super().__init__(min_value=rule.minimum, max_value=rule.maximum, **kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return self.rule.check(data)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(exc.message) from None
 
 
 class AwareDateTimeField(serializers.DateTimeField):

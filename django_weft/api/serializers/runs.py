@@ -4,14 +4,22 @@ and workflows. Limits and choices come from the operations catalogue
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ...engine.registry import MAX_NAME_LENGTH
-from ...runtime.operations import CANCEL_REASON, OPERATIONS, RESET_REASON
-from .fields import STATUS_CHOICES, DurationField
+from ...models import WorkflowRun
+from ...runtime.operations import CANCEL_REASON, OPERATIONS, RESET_REASON, START_PRIORITY
+from .fields import STATUS_CHOICES, DurationField, RuleField
 
 ON_CONFLICT_CHOICES = list(OPERATIONS["start"].values("on_conflict"))
 CANCEL_MODE_CHOICES = [(choice.value, choice.value) for choice in OPERATIONS["cancel"].choices["mode"]]
+SLOT_CHOICES = [str(slot) for slot in WorkflowRun.Slot.values]
+
+
+@extend_schema_field({"type": "string", "enum": SLOT_CHOICES})
+class SlotField(serializers.CharField):
+    """A run's concurrency slot: one of :data:`SLOT_CHOICES`, ``""`` (none) included."""
 
 
 # -- runs ------------------------------------------------------------------------------
@@ -69,6 +77,22 @@ class RunSerializer(serializers.Serializer):
     reset_to = ResetLinkSerializer(
         allow_null=True, help_text="The run that replaced this one by a reset, or null."
     )
+    priority = serializers.IntegerField(
+        help_text=f"Its start's priority, {START_PRIORITY.minimum} to {START_PRIORITY.maximum}: higher "
+        "runs first (among the runs waiting for a worker or a concurrency slot)."
+    )
+    concurrency_key = serializers.CharField(
+        allow_null=True,
+        allow_blank=True,
+        help_text='The key its workflow\'s concurrency limit counts it by; "" for one limit for the '
+        "whole workflow, null when its workflow has no limit.",
+    )
+    slot = SlotField(
+        allow_blank=True,
+        help_text='"held": it holds a concurrency slot; "queued": it waits for one (status pending, '
+        'waiting_on says why); "": neither (no limit, none taken yet as a delayed start before '
+        "it is due, or finished).",
+    )
     url = serializers.URLField()
 
 
@@ -93,6 +117,14 @@ class StartRunSerializer(serializers.Serializer):
     execution_timeout = DurationField(required=False, allow_null=True)
     start_delay = DurationField(required=False, allow_null=True)
     search_attributes = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+    priority = RuleField(
+        START_PRIORITY,
+        required=False,
+        default=START_PRIORITY.default,
+        help_text=f"{START_PRIORITY.minimum} to {START_PRIORITY.maximum}, higher first (default "
+        f"{START_PRIORITY.default}): orders the run among those waiting for a worker or for a "
+        "concurrency slot.",
+    )
 
 
 # -- history and results --------------------------------------------------------------

@@ -7,7 +7,6 @@ Routes and shapes are docs/reference/rest.md's; errors are the envelope of ``exc
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +21,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ...engine.errors import InvalidInput
+from ...engine.run_logging import get_logger
 from ...runtime.operations import WaitRule
 from .. import serializers as s
 from ..exceptions import weft_exception_handler
 from ..parsers import BoundedJSONParser, body_limit, declared_length, too_large
 from ..permissions import permission_classes
 
-logger = logging.getLogger("django_weft.api")
+logger = get_logger("django_weft.api")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -51,6 +51,16 @@ class WeftAPIView(APIView):
     schema = AutoSchema()
     weft_action: str | None = None
     weft_resource = "runs"
+    read_only_actions: frozenset[str] = frozenset()
+    """The actions that only show rows: they read ``WEFT_READ_DATABASE``, and may show them
+    as they were a moment ago (docs/explanation/scaling.md, "Read replicas"). Every other
+    action, and every action that writes or waits for an outcome, reads the primary."""
+
+    @property
+    def reads_may_lag(self) -> bool:
+        """Whether this request's action is one of :attr:`read_only_actions`."""
+        action = self.weft_action or getattr(self, "action", None)
+        return action in self.read_only_actions
 
     def get_permissions(self) -> list[BasePermission]:
         return [permission() for permission in permission_classes()]

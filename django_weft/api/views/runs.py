@@ -19,7 +19,15 @@ from rest_framework.response import Response
 
 from ... import runtime
 from ...conf import weft_settings
-from ...engine.errors import ResultTimeout, UpdateFailed, UpdateTimeout, WorkflowAlreadyExists, WorkflowFailed
+from ...engine.errors import (
+    ConcurrencyLimited,
+    ResultTimeout,
+    UpdateFailed,
+    UpdateTimeout,
+    WorkflowAlreadyExists,
+    WorkflowFailed,
+)
+from ...engine.registry import registry
 from ...models import WorkflowRun
 from ...runtime.operations import UPDATE_WAIT_DEFAULT
 from .. import serializers as s
@@ -43,9 +51,10 @@ class RunViewSet(BulkRoutes):
     filter_backends = [DjangoFilterBackend, SearchAttributeFilter]
     filterset_class = RunFilter
     serializer_class = s.RunSerializer
+    read_only_actions = frozenset({"list", "retrieve", "history", "export"})
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
-        runs = visible_runs(self.request)
+        runs = visible_runs(self.request, may_lag=self.reads_may_lag)
         if self.action == "list":
             # What a run's representation does not show stays in the database.
             runs = runs.defer(*_NOT_SHOWN)
@@ -54,8 +63,10 @@ class RunViewSet(BulkRoutes):
     # -- helpers ---------------------------------------------------------------------
 
     def _run(self, ref: str) -> WorkflowRun:
-        """The run ``ref`` names, if this request may see it (else 404 ``not_found``)."""
-        run = runtime.get_run(ref)
+        """The run ``ref`` names, if this request may see it (else 404 ``not_found``); for a
+        read-only action from the read database, else from the primary, which the action
+        then changes or waits on."""
+        run = runtime.get_run(ref, may_lag=self.reads_may_lag)
         if weft_settings.API_RUN_FILTER is not None and not self.get_queryset().filter(pk=run.pk).exists():
             raise exceptions.NotFound(f"no workflow run has run id or workflow id {ref!r}")
         return run
@@ -106,11 +117,20 @@ class RunViewSet(BulkRoutes):
 
     @document(
         summary="Start a run",
+        description="A workflow with a concurrency limit whose key has every slot taken: with "
+        "`on_limit` `queue` the run is started and waits (status `pending`, `slot` `queued`); "
+        "`cancel_new` refuses the start, 409 `concurrency_limited` with `details` `{workflow, key, "
+        "limit, run_id}` (the oldest run holding the key), nothing written; `skip` answers 200 with "
+        "the run holding the key; `cancel_running` cancels that run and starts this one (201).",
         request=s.StartRunSerializer,
         parameters=[IDEMPOTENCY],
         responses={
             201: OpenApiResponse(s.RunSerializer, description="Started; Location names the run."),
-            200: OpenApiResponse(s.RunSerializer, description="A run with this id already existed."),
+            200: OpenApiResponse(
+                s.RunSerializer,
+                description="A run with this id already existed, or (on_limit skip) the run "
+                "holding the concurrency key.",
+            ),
             **error_responses(409),
         },
     )
@@ -119,6 +139,7 @@ class RunViewSet(BulkRoutes):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         filtered = weft_settings.API_RUN_FILTER is not None
+        workflow_id = idempotency_key(request, data.get("id"))
         # With a run filter, the start and the check that the caller may see the run are
         # one transaction: a run outside the caller's runs is rolled back (its doorbell
         # rings on commit only), never left behind.
@@ -128,17 +149,25 @@ class RunViewSet(BulkRoutes):
                     data["workflow"],
                     data["args"],
                     data["kwargs"],
-                    id=idempotency_key(request, data.get("id")),
+                    id=workflow_id,
                     on_conflict=data["on_conflict"],
                     execution_timeout=data.get("execution_timeout"),
                     start_delay=data.get("start_delay"),
                     search_attributes=data["search_attributes"],
+                    priority=data["priority"],
                 )
             except WorkflowAlreadyExists as exc:
                 if not self._visible(str(getattr(exc, "run_id", ""))):
                     raise self._taken(getattr(exc, "workflow_id", None)) from None
                 raise
+            except ConcurrencyLimited as exc:
+                if not self._visible(str(getattr(exc, "run_id", ""))):
+                    raise self._limited(exc) from None
+                raise
             if not self._visible(started.run_id):
+                if not started.created and started.workflow_id != workflow_id:
+                    # on_limit="skip" found the key held by a run outside the caller's runs.
+                    raise self._limited(self._held_by(started))
                 if not started.created:
                     # An existing run outside the caller's runs: the id is taken, nothing more.
                     raise self._taken(started.workflow_id)
@@ -155,6 +184,29 @@ class RunViewSet(BulkRoutes):
             return self.get_queryset().filter(pk=uuid.UUID(run_id)).exists()
         except ValueError:
             return False
+
+    @staticmethod
+    def _held_by(started: runtime.StartResult) -> ConcurrencyLimited:
+        """A skipped start (``on_limit="skip"``) as the refusal ``cancel_new`` would make."""
+        run = runtime.get_run(started.run_id)
+        limit = registry.concurrency_limits().get(run.workflow_name)
+        return ConcurrencyLimited(
+            "", workflow=run.workflow_name, key=run.concurrency_key, limit=limit.limit if limit else None
+        )
+
+    @staticmethod
+    def _limited(exc: ConcurrencyLimited) -> ConcurrencyLimited:
+        """The refusal without the run holding the key: it is outside the caller's runs."""
+        workflow, key = getattr(exc, "workflow", None), getattr(exc, "key", None)
+        where = f"key {key!r}" if key else "the workflow"
+        return ConcurrencyLimited(
+            f"workflow {workflow!r} has every concurrency slot of {where} taken, by runs you cannot "
+            "see; try again once one frees",
+            workflow=workflow,
+            key=key,
+            limit=getattr(exc, "limit", None),
+            run_id=None,
+        )
 
     @staticmethod
     def _taken(workflow_id: str | None) -> WorkflowAlreadyExists:
@@ -208,7 +260,8 @@ class RunViewSet(BulkRoutes):
     @action(detail=True, methods=["get"])
     def export(self, request: Request, ref: str) -> Response:
         run = self._run(ref)
-        return Response(s.HistoryExportSerializer(runtime.export_history(str(run.pk))).data)
+        document = runtime.export_history(str(run.pk), may_lag=self.reads_may_lag)
+        return Response(s.HistoryExportSerializer(document).data)
 
     @document(
         summary="The run's result (long poll)",

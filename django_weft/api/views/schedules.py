@@ -16,7 +16,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import runtime
-from ...conf import weft_settings
 from ...engine.errors import ScheduleManaged
 from ...models import Schedule
 from ...models.schedules import SCHEDULE_ID_MAX_LENGTH
@@ -51,9 +50,10 @@ class ScheduleViewSet(WeftAPIView, viewsets.GenericViewSet):
     filter_backends = [DjangoFilterBackend]
     filterset_class = ScheduleFilter
     serializer_class = s.ScheduleSerializer
+    read_only_actions = frozenset({"list", "retrieve"})
 
     def get_queryset(self) -> QuerySet[Schedule]:
-        return Schedule.objects.using(weft_settings.DATABASE_ALIAS).all()
+        return runtime.schedule_queryset(may_lag=self.reads_may_lag)
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -109,7 +109,8 @@ class ScheduleViewSet(WeftAPIView, viewsets.GenericViewSet):
         responses={200: s.ScheduleSerializer, **error_responses()},
     )
     def retrieve(self, request: Request, id: str) -> Response:
-        return Response(self._shaped([runtime.describe_schedule(self._id(id))])[0])
+        described = runtime.describe_schedule(self._id(id), may_lag=self.reads_may_lag)
+        return Response(self._shaped([described])[0])
 
     @document(
         summary="Change a schedule",

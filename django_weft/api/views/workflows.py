@@ -22,13 +22,19 @@ class WorkflowListView(WeftAPIView):
     """The registered workflows, their parameters and how many runs each has per status."""
 
     weft_action = "workflows"
+    read_only_actions = frozenset({"workflows"})
 
     @document(
         summary="Registered workflows", responses={200: s.WorkflowSerializer(many=True), **error_responses()}
     )
     def get(self, request: Request) -> Response:
         counts: dict[str, dict[str, int]] = {}
-        rows = visible_runs(request).order_by().values("workflow_name", "status").annotate(n=Count("pk"))
+        rows = (
+            visible_runs(request, may_lag=self.reads_may_lag)
+            .order_by()
+            .values("workflow_name", "status")
+            .annotate(n=Count("pk"))
+        )
         for row in rows:
             counts.setdefault(row["workflow_name"], {})[row["status"]] = row["n"]
         workflows = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
@@ -10,10 +9,28 @@ from django.db import transaction
 from django.utils import timezone
 
 from ...conf import weft_settings
+from ...engine.run_logging import get_logger
 
-logger = logging.getLogger("django_weft.celery")
+logger = get_logger("django_weft.celery")
 
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+def message_priority(broker_url: str | None, priority: int) -> int | None:
+    """Celery's message priority (0-9) for a run's ``priority`` (-100..100), where the
+    broker orders by it; ``None`` to send none (the broker's default).
+
+    The brokers' defaults differ, and a message sent without a priority keeps the
+    default: RabbitMQ (queues declared with ``x-max-priority``) takes higher numbers
+    first and a message without one last, so priorities above 0 are sent as 1-9; Redis
+    (``priority_steps``) takes lower numbers first and a message without one first, so
+    priorities below 0 are sent as 1-9. Other brokers get none."""
+    scheme = (broker_url or "").split("://", 1)[0].split("+", 1)[0].lower()
+    if scheme in ("amqp", "amqps", "pyamqp") and priority > 0:
+        return -(-priority * 9 // 100)  # 1..100 -> 1..9, rounded up
+    if scheme in ("redis", "rediss", "sentinel") and priority < 0:
+        return -(priority * 9 // 100)  # -1..-100 -> 1..9, rounded up
+    return None
 
 
 class CeleryDispatcher:
@@ -34,10 +51,15 @@ class CeleryDispatcher:
     soft_limit_grace = 5.0
     """Seconds between an activity's soft time limit (its ``timeout``) and the hard kill."""
 
-    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None) -> None:
+    takes_priority = True
+
+    def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
         from .tasks import run_turn
 
         options: dict[str, Any] = {}
+        level = message_priority(run_turn.app.conf.broker_url, priority)
+        if level is not None:
+            options["priority"] = level
         if weft_settings.CELERY_QUEUE:
             options["queue"] = weft_settings.CELERY_QUEUE
         if eta is not None:

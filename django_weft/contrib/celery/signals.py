@@ -4,7 +4,6 @@ give up held runs when they exit."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from celery import current_app
@@ -16,10 +15,11 @@ from celery.signals import (
     worker_shutdown,
 )
 
+from ...engine.run_logging import get_logger
 from ...runtime import outages
 from . import ACTIVITY_TASK, GC_TASK, TICK_TASK, TURN_TASK
 
-logger = logging.getLogger("django_weft.celery")
+logger = get_logger("django_weft.celery")
 
 WEFT_TASKS = frozenset({TURN_TASK, ACTIVITY_TASK, TICK_TASK, GC_TASK})
 

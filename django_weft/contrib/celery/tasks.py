@@ -8,18 +8,18 @@ no-op), and so is a lost message: the database holds the work and the sweep find
 
 from __future__ import annotations
 
-import logging
 import time
 
 from celery import shared_task
 
 from ... import runtime
 from ...conf import weft_settings
+from ...engine.run_logging import get_logger
 from ...runtime.outages import DATABASE_UNAVAILABLE, database_unavailable
 from . import ACTIVITY_TASK, GC_TASK, TICK_TASK, TURN_TASK
 from .signals import start_advertising
 
-logger = logging.getLogger("django_weft.celery")
+logger = get_logger("django_weft.celery")
 
 _DURABLE = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True, "serializer": "json"}
 

@@ -23,6 +23,8 @@ from .. import codec
 from ..activities import cancellation_seen
 from ..errors import Deposed, WorkflowAlreadyExists, WorkflowNotFound, WorkflowTerminalError
 from ..executor import Engine, EngineConfig
+from ..flow import HoldKind, Rate, SlotTaken, from_micros, gcra_take, hold_is_due, to_micros
+from ..parking import DUE_HOLD
 from ..records import (
     ACTIVE_STATUSES,
     PENDING_STEP_STATUSES,
@@ -51,6 +53,9 @@ class MemoryStore:
         self.now = now or datetime(2030, 1, 1, tzinfo=UTC)
         self.runs: dict[str, MemoryRun] = {}
         self.messages: list[MemoryMessage] = []
+        self.buckets: dict[tuple[str, str], int] = {}
+        # Activity concurrency slots by (activity, key): the holders, and the queue.
+        self.slots: dict[tuple[str, str], tuple[set[tuple[str, int]], list[tuple[str, int]]]] = {}
         self._pks = itertools.count(1)
         self._lock = threading.RLock()
 
@@ -165,6 +170,8 @@ class MemoryStore:
                 )
             ):
                 return None
+            takeover = run.owner is not None
+            due_at = run.lease_expires_at if takeover else None
             run.status, run.waiting_on = RunStatus.RUNNING, None
             run.owner, run.epoch = owner, run.epoch + 1
             run.lease_expires_at = self.now + timedelta(seconds=ttl)
@@ -184,6 +191,8 @@ class MemoryStore:
                 cancel_request=run.cancel_request
                 if run.cancel_request and run.cancel_request.pending
                 else None,
+                takeover=takeover,
+                due_at=due_at,
             )
 
     def _fire_due_timers(self, run: MemoryRun) -> bool:
@@ -476,6 +485,64 @@ class MemoryStore:
             child = last[-1]
             return ChildOutcome(child.run_id, child.workflow_id, child.status, child.result, child.error)
 
+    def hand_on_slot(self, run_id: str, workflow_name: str) -> list[tuple[str, int]]:
+        """Nothing to hand on: this store keeps no concurrency slots (flow control is
+        decided in the database; tests of it run on the Django store)."""
+        return []
+
+    # -- flow control of activity attempts ------------------------------------------------
+
+    def take_rate_limit(self, name: str, key: str, rate: Rate) -> datetime | None:
+        with self._lock:
+            now = to_micros(self.now)
+            self.buckets[(name, key)], moment = gcra_take(self.buckets.get((name, key)), now, rate)
+            return None if moment <= now else from_micros(moment)
+
+    def take_activity_slot(
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+    ) -> SlotTaken:
+        """The Django store's rule without leases (nothing crashes here): a slot handed on,
+        or a free one when no attempt waits before it; else a place in the queue."""
+        with self._lock:
+            held, waiting = self.slots.setdefault((activity, key), (set(), []))
+            holder = (run_id, seq)
+            if holder in held:
+                return SlotTaken(held=True, in_use=len(held))
+            ahead = waiting[: waiting.index(holder)] if holder in waiting else waiting
+            if len(held) < limit and not ahead:
+                if holder in waiting:
+                    waiting.remove(holder)
+                held.add(holder)
+                return SlotTaken(held=True, in_use=len(held))
+            if holder not in waiting:
+                waiting.append(holder)
+            return SlotTaken(held=False, in_use=len(held))
+
+    def release_activity_slot(
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+    ) -> list[str]:
+        with self._lock:
+            held, waiting = self.slots.setdefault((activity, key), (set(), []))
+            held.discard((run_id, seq))
+            if (run_id, seq) in waiting:
+                waiting.remove((run_id, seq))
+            woken = []
+            while len(held) < limit and waiting:
+                holder = waiting.pop(0)
+                held.add(holder)
+                run, step = self.runs[holder[0]], self.runs[holder[0]].steps.get(holder[1])
+                if step is None or step.status != StepStatus.DELAYED:
+                    continue
+                result = {**codec.loads(step.result_json or "{}"), "until": self.now.isoformat()}
+                run.steps[holder[1]] = replace(step, result_json=codec.dumps(result))
+                run.timers[(holder[1], TimerKind.RETRY)] = TimerWrite(holder[1], TimerKind.RETRY, self.now)
+                if run.status == RunStatus.WAITING:
+                    woken.append(run.run_id)
+            return woken
+
+    def renew_activity_slots(self, holders: list[tuple[str, int]], ttl: float) -> None:
+        """Nothing to renew: slots here have no lease."""
+
     def close_children(self, run_id: str, reason: str) -> list[str]:
         with self._lock:
             cancelled: list[str] = []
@@ -516,10 +583,13 @@ class MemoryStore:
                 and m.name in (signals if m.kind == MessageKind.SIGNAL else updates)
             ):
                 return True
+        if waiting_on.get("kind") == HoldKind.CONCURRENCY:
+            holder = (run.run_id, int(waiting_on["seq"]))
+            return any(holder in held for held, _ in self.slots.values())
         seqs = list(waiting_on.get("seqs") or []) if waiting_on.get("kind") == "activities" else []
         background = list(waiting_on.get("background") or [])
         status_of = {seq: self._work_status(run, seq) for seq in seqs + background}
-        needs_decision = (StepStatus.ATTEMPT_FAILED, StepStatus.LOST)
+        needs_decision = (StepStatus.ATTEMPT_FAILED, StepStatus.LOST, DUE_HOLD)
         if any(status_of[seq] in needs_decision for seq in background):
             return True
         if not seqs:
@@ -531,6 +601,8 @@ class MemoryStore:
 
     def _work_status(self, run: MemoryRun, seq: int) -> str | None:
         step = run.steps.get(seq)
+        if step is not None and step.status == StepStatus.DELAYED:
+            return DUE_HOLD if hold_is_due(codec.loads(step.result_json or "{}"), self.now) else step.status
         if step is None or step.kind != StepKind.CHILD or step.status != StepStatus.WAITING:
             return step.status if step is not None else None
         live = self.child_outcome(run.run_id, seq) is None

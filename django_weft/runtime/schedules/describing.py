@@ -51,18 +51,20 @@ class ScheduleDescription:
     buffered: list[str] = field(default_factory=list)
 
 
-def describe_schedule(schedule_id: str, *, next_count: int = 5) -> ScheduleDescription:
+def describe_schedule(schedule_id: str, *, next_count: int = 5, may_lag: bool = False) -> ScheduleDescription:
     """The schedule's next fire times, its recent actions (with each run's current
-    status as ``run_status`` where it started one) and its counters."""
-    schedule = get_store().schedules.read_schedule(check_id(schedule_id))
+    status as ``run_status`` where it started one) and its counters; from the primary
+    database, or with ``may_lag`` from ``WEFT_READ_DATABASE``."""
+    schedule = get_store(may_lag=may_lag).schedules.read_schedule(check_id(schedule_id))
     return describe_schedules([schedule], next_count=next_count)[0]
 
 
 def describe_schedules(schedules: Sequence[Schedule], *, next_count: int = 5) -> list[ScheduleDescription]:
     """:func:`describe_schedule` of rows already read (a page of a listing), with one
-    query for the statuses of all their recent runs."""
+    query for the statuses of all their recent runs, on the database the rows were read
+    from."""
     run_ids = [a["run_id"] for schedule in schedules for a in schedule.recent_actions if a.get("run_id")]
-    statuses = get_store().schedules.run_statuses(run_ids)
+    statuses = get_store(same_database_as=schedules[0] if schedules else None).schedules.run_statuses(run_ids)
     return [_description(schedule, statuses, next_count) for schedule in schedules]
 
 

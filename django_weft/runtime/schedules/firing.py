@@ -8,16 +8,16 @@ even across separate transactions (triggers, backfills)."""
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
 
-from ...engine import faults
+from ...engine import faults, observe
 from ...engine.errors import WeftError
 from ...engine.records import TERMINAL_STATUSES
+from ...engine.run_logging import get_logger
 from ...engine.schedule_firing import (
     FireAction,
     OverlapPolicy,
@@ -37,7 +37,7 @@ from .checking import (
     spec_of,
 )
 
-logger = logging.getLogger("django_weft.schedules")
+logger = get_logger("django_weft.schedules")
 
 RECENT_ACTIONS = 20
 """How many of its latest actions a schedule keeps (``describe()["recent_actions"]``)."""
@@ -198,6 +198,11 @@ def _fire(
 
 
 def _start(schedule: Schedule, moment: datetime, now: datetime, *, source: str) -> dict[str, Any]:
+    with observe.firing(schedule.id, schedule.workflow_name):
+        return _start_fire(schedule, moment, now, source=source)
+
+
+def _start_fire(schedule: Schedule, moment: datetime, now: datetime, *, source: str) -> dict[str, Any]:
     workflow_id = workflow_id_for(schedule.id, moment)
     delay = spec_of(schedule).jitter_for(schedule.id, moment)
     attributes = {**schedule.search_attributes, "weft_schedule_id": schedule.id,
@@ -238,7 +243,15 @@ def _open_run(schedule: Schedule) -> str | None:
 
 
 def _record(schedule: Schedule, action: dict[str, Any]) -> dict[str, Any]:
+    """Every fire's action goes through here, once: kept in the schedule's recent actions
+    and reported to the observers."""
     schedule.recent_actions = [action, *schedule.recent_actions][:RECENT_ACTIONS]
+    observe.schedule_fired(
+        schedule_id=schedule.id,
+        workflow=schedule.workflow_name,
+        outcome=action["outcome"],
+        run_id=action.get("run_id"),
+    )
     return action
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +9,7 @@ from django.db import transaction
 
 from ...engine.durations import Duration
 from ...engine.errors import ScheduleManaged
+from ...engine.run_logging import get_logger
 from ...engine.schedule_firing import OverlapPolicy
 from ...engine.schedule_spec import InvalidSchedule, ScheduleSpec
 from ...models import Schedule
@@ -25,7 +25,7 @@ from .checking import (
     spec_of,
 )
 
-logger = logging.getLogger("django_weft.schedules")
+logger = get_logger("django_weft.schedules")
 
 OPERATOR_OPTIONS = frozenset({"note"})
 """What :func:`update_schedule` changes on a schedule declared in code even with

@@ -1,5 +1,5 @@
 """The orders app's workflows, tested with the ``weft`` fixture: each test lives through
-minutes, days or weeks of the workflow on a virtual clock, in under a second of wall
+minutes, days or weeks of the workflow on a virtual clock, in seconds of wall
 time, in the test's own database transaction."""
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ DAY = timedelta(days=1)
 
 
 @contextmanager
-def under_a_second() -> Iterator[None]:
-    """The wall time of the block: these tests skip days, they do not wait them."""
+def in_seconds_not_days() -> Iterator[None]:
+    """The wall time of the block: these tests skip days, they do not wait them (a few
+    seconds at most, even on a loaded machine)."""
     began = time.monotonic()
     yield
     elapsed = time.monotonic() - began
-    assert elapsed < 1.0, f"the block took {elapsed:.2f} s of wall time"
+    assert elapsed < 5.0, f"the block took {elapsed:.2f} s of wall time"
 
 
 # -- the subscription trial: 30 days, then a week to add a card ------------------------------
@@ -40,7 +41,7 @@ def under_a_second() -> Iterator[None]:
 
 def test_a_trial_whose_customer_adds_a_card_becomes_a_paid_subscription(weft) -> None:
     began = weft.now()
-    with under_a_second():
+    with in_seconds_not_days():
         run = weft.start(subscription_trial, "Ada", id="trial-ada")
         weft.advance("30d")
         assert run.status() == "waiting"  # reminded; waiting for a payment method
@@ -57,7 +58,7 @@ def test_a_trial_whose_customer_adds_a_card_becomes_a_paid_subscription(weft) ->
 
 def test_a_trial_without_a_card_lapses_after_the_weeks_grace(weft) -> None:
     began = weft.now()
-    with under_a_second():
+    with in_seconds_not_days():
         run = weft.start(subscription_trial, "Grace", id="trial-grace")
         weft.advance("36d 23h")
         assert run.status() == "waiting"
@@ -76,7 +77,7 @@ def test_a_card_the_provider_declines_is_charged_again_an_hour_later(weft) -> No
         return "rcpt-test"
 
     weft.mock_activity(charge_subscription, side_effect=provider)
-    with under_a_second():
+    with in_seconds_not_days():
         run = weft.start(subscription_trial, "Bo", id="trial-bo")
         weft.advance("30d")
         weft.signal(run, "payment_method_added", {"card": "visa-1881"})
@@ -95,7 +96,7 @@ def test_a_card_the_provider_declines_is_charged_again_an_hour_later(weft) -> No
 
 def test_an_order_with_a_warehouse_slot_is_paid_shipped_and_confirmed(weft) -> None:
     order = Order.objects.create(customer="Ada Lovelace", amount="42.00")
-    with under_a_second():
+    with in_seconds_not_days():
         run = weft.start(fulfil, order.pk, id=order.workflow_id)
         assert weft.query(run, "progress")["stage"] == "waiting for a warehouse slot"
         assert weft.update(run, "add_gift_note", "Happy birthday")["gift_note"] == "Happy birthday"
@@ -112,7 +113,7 @@ def test_an_order_with_a_warehouse_slot_is_paid_shipped_and_confirmed(weft) -> N
 def test_an_order_nobody_gives_a_slot_waits_a_day_then_ships_from_the_first_free_one(weft) -> None:
     """A person trying the demo has a day to send the signal, not minutes."""
     order = Order.objects.create(customer="Ada Lovelace", amount="42.00")
-    with under_a_second():
+    with in_seconds_not_days():
         run = weft.start(fulfil, order.pk, id=order.workflow_id)
         weft.advance("23h 59m")
         assert run.status() == "waiting"
@@ -124,7 +125,7 @@ def test_an_order_nobody_gives_a_slot_waits_a_day_then_ships_from_the_first_free
 
 def test_an_order_that_must_ship_within_two_minutes_times_out_waiting_for_a_slot(weft) -> None:
     order = Order.objects.create(customer="Grace Hopper", amount="7.00")
-    with under_a_second():
+    with in_seconds_not_days():
         run = client.start(fulfil, args=[order.pk], id=order.workflow_id, execution_timeout="2m")
         weft.run_until_idle()
         assert run.status() == "waiting"
@@ -144,7 +145,7 @@ def test_the_nightly_report_runs_at_two_in_oslo_on_each_of_the_next_three_nights
     # 02:00 in Oslo is midnight UTC in June (summer time).
     nights = [datetime(2030, 6, day, 0, 0, tzinfo=UTC) for day in (11, 12, 13)]
     assert schedule.describe(next_count=3).next_fire_times == nights
-    with under_a_second():
+    with in_seconds_not_days():
         weft.advance("3d")
     runs = WorkflowRun.objects.filter(workflow_name=nightly_report.name).order_by("created_at")
     assert [run.status for run in runs] == ["completed"] * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,8 +12,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from django_weft import ResultTimeout, WeftError, client
+from django_weft import InvalidInput, ResultTimeout, WeftError, client
 from django_weft.client import WorkflowHandle
+from django_weft.runtime.operations import START_PRIORITY
 
 from ...models import Order
 
@@ -31,6 +33,13 @@ class Command(BaseCommand):
             metavar="TEXT",
             help="send the warehouse_slot signal with this payload right after the start "
             "(the order otherwise waits for one for a few minutes)",
+        )
+        parser.add_argument(
+            "--priority",
+            type=priority,
+            default=START_PRIORITY.default,
+            help=f"the runs' priority, {START_PRIORITY.minimum} to {START_PRIORITY.maximum}, higher "
+            f"first (default {START_PRIORITY.default}): they go to workers before runs of lower priority",
         )
         parser.add_argument("--count", type=int, default=1, help="how many orders (default 1)")
         parser.add_argument(
@@ -54,6 +63,7 @@ class Command(BaseCommand):
             raise CommandError("--count must be at least 1")
         if threads < 1:
             raise CommandError("--threads must be at least 1")
+        self.priority = options["priority"]
         if count == 1:
             self._one(options["customer"], amount, options["slot"], options["wait"])
         else:
@@ -62,7 +72,9 @@ class Command(BaseCommand):
     def _start(self, customer: str, amount: Decimal, slot: str | None) -> tuple[Order, WorkflowHandle]:
         order = Order.objects.create(customer=customer, amount=amount)
         try:
-            handle = client.start("orders.fulfil", args=[order.pk], id=order.workflow_id)
+            handle = client.start(
+                "orders.fulfil", args=[order.pk], id=order.workflow_id, priority=self.priority
+            )
             if slot is not None:
                 # Signals are buffered: the run takes it when it gets to its wait.
                 handle.signal("warehouse_slot", slot)
@@ -131,6 +143,19 @@ class Command(BaseCommand):
         self.stdout.write(f"after {time.monotonic() - began:.1f} s: {summary}")
         if statuses.get("completed", 0) != len(handles):
             raise CommandError(f"not every order completed within {wait:g} s: {summary}")
+
+
+def priority(text: str) -> int:
+    """An ``argparse`` type: a start's priority, in the range the runtime takes."""
+    value: int | str
+    try:
+        value = int(text)
+    except ValueError:
+        value = text  # the rule refuses it, saying what it takes
+    try:
+        return START_PRIORITY.check(value)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 #: The statuses a run ends in.

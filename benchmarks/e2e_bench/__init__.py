@@ -1,0 +1,1 @@
+"""The end-to-end benchmark's Django project (``benchmarks/end_to_end.py``)."""

@@ -1,0 +1,31 @@
+"""The workload: K inline no-op steps per run."""
+
+from __future__ import annotations
+
+from django_weft import WorkflowContext, activity, workflow
+
+
+@activity(name="bench.noop")
+def noop(value: int) -> int:
+    return value
+
+
+@workflow(name="bench.steps")
+def steps(ctx: WorkflowContext, count: int) -> int:
+    for index in range(count):
+        ctx.run(noop, index)
+    return count
+
+
+@workflow(name="bench.first_step")
+def first_step(ctx: WorkflowContext) -> int:
+    """One step: start → first step is the whole run."""
+    return ctx.run(noop, 1)
+
+
+@workflow(name="bench.signal_loop")
+def signal_loop(ctx: WorkflowContext, count: int) -> int:
+    """Waits for ``count`` signals ``ping``, one at a time."""
+    for _ in range(count):
+        ctx.wait_signal("ping")
+    return count

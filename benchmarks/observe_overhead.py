@@ -1,0 +1,221 @@
+"""What the observation points and the Prometheus metrics cost the steps throughput
+(``steps.py``'s workload: runs of K inline no-op activities, each completed in one turn
+by one engine in one thread), on PostgreSQL.
+
+Variants, each in a process of its own so that one's imports cannot help another:
+
+* ``baseline`` (with ``--baseline PATH``): the django_weft of another checkout, e.g. the
+  commit before the observation points, ``prometheus_client`` hidden;
+* ``bare``: this checkout with ``prometheus_client`` hidden (the ``prometheus`` extra not
+  installed) and no observer: every point is a test of an empty tuple;
+* ``metrics``: this checkout with the metrics on (``django_weft.metrics.enable()``, as
+  ``WEFT_METRICS = True`` does): every turn and attempt updates counters and histograms;
+* ``traced`` and ``observed`` (with ``--tracing``): tracing on (``WEFT_TRACING``; the
+  OpenTelemetry SDK as docs/how-to/observe.md wires it, a ``BatchSpanProcessor`` and an
+  exporter that drops every span), and tracing with the metrics.
+
+Each round runs every variant once, in a rotating order, and each process warms up before
+it is timed. The summary line gives, for each variant, the median steps/s and the median CPU time of
+this process per step, and against the variant before it the median of the per-round
+ratios of steps/s and the difference of CPU time. Steps/s is bound by the database's
+commit latency, which drifts on a shared server; the CPU time per step is what the
+observers add and is the steadier figure.
+
+Usage::
+
+    .venv/bin/python benchmarks/observe_overhead.py [--runs 200] [--steps 20] [--rounds 5]
+                                                    [--baseline ../checkout-before]
+
+Connection settings come from PGHOST, PGPORT, PGUSER and PGPASSWORD (default
+127.0.0.1:5432, user postgres). ``weft_observe_bench`` (and ``weft_observe_base``) are
+dropped and recreated at every invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATABASES = {
+    "baseline": "weft_observe_base",
+    "bare": "weft_observe_bench",
+    "metrics": "weft_observe_bench",
+    "traced": "weft_observe_bench",
+    "observed": "weft_observe_bench",
+}
+USES_PROMETHEUS = {"metrics", "traced", "observed"}
+"""The variants that may import prometheus_client (the others run as if it were not
+installed)."""
+
+
+class _Hidden(importlib.abc.MetaPathFinder):
+    """Answers as Python does for a package that is not installed."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.partition(".")[0] == "prometheus_client":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def child_in_memory(variant: str, runs: int, steps: int, warmup: int) -> None:
+    """The same workload on the engine's in-memory store: no database, so the steps/s is
+    the engine's own CPU cost and an observer's share of it shows in full."""
+    import django_weft
+    from django_weft.engine.executor import TurnOutcome
+    from django_weft.engine.registry import Registry, Workflow
+    from django_weft.engine.testing.memory_store import memory_engine
+
+    assert Path(django_weft.__file__).resolve().parent.parent in {REPO_ROOT, *map(Path, sys.path[:1])}
+    if variant == "metrics":
+        from django_weft import metrics
+
+        metrics.enable()
+
+    def noop(value: int) -> int:
+        return value
+
+    def workload(ctx: Any, count: int) -> int:
+        for i in range(count):
+            ctx.run(noop, i)
+        return count
+
+    workflows = Registry()
+    workflows.workflows["bench.steps"] = Workflow(fn=workload, name="bench.steps")
+    engine, store, _ = memory_engine(workflows)
+
+    def drive(count: int) -> float:
+        ids = [store.start("bench.steps", steps) for _ in range(count)]
+        began = time.perf_counter()
+        for run_id in ids:
+            assert engine.run_turn(run_id) == TurnOutcome.COMPLETED
+        return time.perf_counter() - began
+
+    drive(warmup)
+    seconds = drive(runs)
+    print(runs * steps / seconds, 1_000_000 * seconds / (runs * steps))
+
+
+def child(variant: str, runs: int, steps: int, warmup: int, code: str | None, memory: bool) -> None:
+    """One variant's timing, printed as its last line: steps per second and CPU µs per step."""
+    if variant not in USES_PROMETHEUS:
+        sys.meta_path.insert(0, _Hidden())
+    sys.path.insert(0, str(REPO_ROOT))
+    if code is not None:
+        sys.path.insert(0, code)
+    if memory:
+        child_in_memory(variant, runs, steps, warmup)
+        return
+    from benchmarks import common
+    from benchmarks import steps as workload
+
+    common.setup_django(DATABASES[variant], urlconf="benchmarks.api_urls", keep=True)
+    import django_weft
+
+    assert Path(django_weft.__file__).resolve().parent.parent == Path(code or REPO_ROOT).resolve()
+    if variant in ("metrics", "observed"):
+        from django_weft import metrics
+
+        metrics.enable()
+    if variant in ("traced", "observed"):
+        from django_weft import tracing
+
+        workload.install_dropping_sdk()
+        tracing.install()
+    workload.register_weft_workflow()
+    workload.drive_weft_runs(workload.start_weft_runs(warmup, steps))
+    run_ids = workload.start_weft_runs(runs, steps)
+    workload._quiet_gc()
+    began, cpu = time.perf_counter(), time.process_time()
+    workload.drive_weft_runs(run_ids)
+    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu
+    workload.check_weft(run_ids, steps)
+    print(runs * steps / seconds, 1_000_000 * cpu_seconds / (runs * steps))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--baseline", help="a checkout whose django_weft is the baseline")
+    parser.add_argument(
+        "--in-memory", action="store_true", help="the engine on its in-memory store: no database, CPU only"
+    )
+    parser.add_argument(
+        "--tracing", action="store_true", help="also the variants traced and observed (tracing and metrics)"
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--code", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        child(options.child, options.runs, options.steps, options.warmup, options.code, options.in_memory)
+        return
+    sys.path.insert(0, str(REPO_ROOT))
+    from benchmarks import common
+
+    if not options.in_memory:
+        with common.admin_connection() as conn:
+            for database in set(DATABASES.values()):
+                conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    variants = ["baseline", "bare", "metrics"] if options.baseline else ["bare", "metrics"]
+    if options.tracing:
+        variants += ["traced", "observed"]
+    rates: dict[str, list[float]] = {variant: [] for variant in variants}
+    cpu: dict[str, list[float]] = {variant: [] for variant in variants}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH")
+    }
+    for round_number in range(options.rounds):
+        order = variants[round_number % len(variants) :] + variants[: round_number % len(variants)]
+        for variant in order:
+            argv = [sys.executable, __file__, "--child", variant, "--runs", str(options.runs),
+                    "--steps", str(options.steps), "--warmup", str(options.warmup)]  # fmt: skip
+            if variant == "baseline":
+                argv += ["--code", str(Path(options.baseline).resolve())]
+            if options.in_memory:
+                argv.append("--in-memory")
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                raise SystemExit(f"{variant}: {done.stderr}")
+            rate, micros = done.stdout.strip().splitlines()[-1].split()
+            rates[variant].append(float(rate))
+            cpu[variant].append(float(micros))
+        print(f"round {round_number + 1}: " + ", ".join(
+            f"{v} {rates[v][-1]:.0f} steps/s ({cpu[v][-1]:.0f} µs CPU/step)" for v in variants))  # fmt: skip
+
+    def ratio(variant: str, to: str) -> float:
+        return statistics.median(a / b for a, b in zip(rates[variant], rates[to], strict=True))
+
+    def figures(variant: str, to: str | None) -> str:
+        micros = statistics.median(cpu[variant])
+        text = f"{statistics.median(rates[variant]):.0f} steps/s, {micros:.0f} µs CPU/step"
+        if to is None:
+            return text
+        extra = micros - statistics.median(cpu[to])
+        return f"{text} ({ratio(variant, to) - 1:+.1%} steps/s, {extra:+.0f} µs CPU/step vs {to})"
+
+    parts = [f"baseline {figures('baseline', None)}"] if options.baseline else []
+    bare_to = "baseline" if options.baseline else None
+    parts.append(f"no observer, prometheus_client not installed {figures('bare', bare_to)}")
+    parts.append(f"metrics on {figures('metrics', 'bare')}")
+    if options.tracing:
+        parts.append(f"tracing on {figures('traced', 'bare')}")
+        parts.append(f"tracing and metrics on {figures('observed', 'bare')}")
+    where = ", in memory" if options.in_memory else ""
+    print(
+        f"observe overhead ({options.runs} runs x {options.steps} steps, {options.rounds} rounds{where}): "
+        + " | ".join(parts)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The rate limit statement and the activity slots, on the database (PostgreSQL and
+SQLite): under real threads the bucket never lets more than its limit go in a window of
+its period, the statement does the engine's arithmetic, slots are counted under their
+key's lock, and a slot whose lease runs out is free."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connections
+
+from django_weft import Concurrency, client
+from django_weft.engine import clock
+from django_weft.engine.flow import Rate, gcra_take, to_micros
+from django_weft.models import ActivitySlot, RateLimitBucket
+from django_weft.store import DjangoStore
+from django_weft.testing import make_engine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def sliding_window_peak(moments: list[datetime], per: float) -> int:
+    """The most moments any half-open window ``[t, t + per)`` holds."""
+    ordered = sorted(moments)
+    peak, first = 0, 0
+    for last, moment in enumerate(ordered):
+        while (moment - ordered[first]).total_seconds() >= per:
+            first += 1
+        peak = max(peak, last - first + 1)
+    return peak
+
+
+def test_threads_taking_moments_at_once_never_get_more_than_the_limit_in_a_window() -> None:
+    rate = Rate(50, 1.0)
+    threads, takes = 8, 20
+    moments: list[datetime] = []
+    went_now: list[tuple[datetime, datetime]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(threads)
+    failures: list[BaseException] = []
+
+    def take() -> None:
+        store = DjangoStore()
+        try:
+            barrier.wait()
+            for _ in range(takes):
+                moment, now = store.activity_flow.grant("threads", "", rate)
+                with lock:
+                    moments.append(moment)
+                    if moment <= now:
+                        went_now.append((moment, now))
+        except BaseException as exc:  # pragma: no cover - reported below
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=take) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert not failures, failures
+    assert len(moments) == threads * takes
+    # Every attempt got a moment of its own, one interval after the one before it: the
+    # 160 attempts that came at once are spread over 3.2 s, 50 to a second at most.
+    ordered = sorted(moments)
+    gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(ordered)]
+    assert min(gaps) >= 0.02, min(gaps)
+    assert sliding_window_peak(moments, rate.per) <= rate.limit
+    # The first went at once (the bucket was new); the others, coming while the bucket
+    # was taken up to a later moment, were given moments of their own.
+    assert 1 <= len(went_now) < 10
+    (bucket,) = RateLimitBucket.objects.filter(name="threads")
+    assert bucket.tat == to_micros(ordered[-1]) + rate.interval_us
+
+
+@pytest.fixture
+def virtual_clock() -> Iterator[clock.VirtualClock]:
+    installed = clock.VirtualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    clock.install(installed)
+    yield installed
+    clock.uninstall(installed)
+
+
+def test_the_statement_does_the_engines_arithmetic(virtual_clock: clock.VirtualClock) -> None:
+    store = DjangoStore()
+    rate = Rate(4, 2.0)  # one every 500 ms
+    tat: int | None = None
+    for step in [0, 0, 0, 0.1, 0.7, 3.0, 0, 0.25, 10.0]:
+        now = virtual_clock.advance(step)
+        tat, expected = gcra_take(tat, to_micros(now), rate)
+        moment, seen_now = store.activity_flow.grant("arithmetic", "k", rate)
+        assert (to_micros(moment), seen_now) == (expected, now)
+        assert RateLimitBucket.objects.get(name="arithmetic", key="k").tat == tat
+        taken = store.activity_flow.take_moment("arithmetic", "other-key", rate)
+        assert taken is None or taken > now  # None: it goes now
+
+
+def test_names_and_keys_have_buckets_of_their_own(virtual_clock: clock.VirtualClock) -> None:
+    flow = DjangoStore().activity_flow
+    rate = Rate(1, 10.0)
+    assert flow.take_moment("stripe", "", rate) is None
+    assert flow.take_moment("stripe", "", rate) == virtual_clock.now() + timedelta(seconds=10)
+    assert flow.take_moment("stripe", "acct-1", rate) is None
+    assert flow.take_moment("mail", "", rate) is None
+    assert RateLimitBucket.objects.count() == 3
+
+
+def test_idle_buckets_are_forgotten_and_the_next_attempt_goes_as_it_would_have(
+    virtual_clock: clock.VirtualClock,
+) -> None:
+    flow = DjangoStore().activity_flow
+    rate = Rate(1, 10.0)
+    assert flow.take_moment("idle", "", rate) is None  # its next moment: 10 s from now
+    virtual_clock.advance(3600 + 15)
+    assert flow.take_moment("busy", "", rate) is None
+    assert flow.forget_idle_buckets(3600) == 1
+    assert list(RateLimitBucket.objects.values_list("name", flat=True)) == ["busy"]
+    assert flow.take_moment("idle", "", rate) is None  # as it would have with the old row
+
+
+def test_slots_are_taken_queued_in_order_handed_on_and_freed_by_their_lease() -> None:
+    runs = [client.start("tests.echo").run_id for _ in range(4)]
+    flow = DjangoStore().activity_flow
+    assert flow.take_slot("act", "k", 2, runs[0], 1, 30).held
+    assert flow.take_slot("act", "k", 2, runs[1], 1, 30).held
+    third = flow.take_slot("act", "k", 2, runs[2], 1, 30)
+    assert (third.held, third.in_use) == (False, 2)
+    assert not flow.take_slot("act", "k", 2, runs[3], 1, 30).held
+    # Asking again keeps its place in the queue; another key has its own slots.
+    assert not flow.take_slot("act", "k", 2, runs[2], 1, 30).held
+    assert flow.take_slot("act", "other", 2, runs[3], 2, 30).held
+    # A release hands the slot to the attempt queued first.
+    flow.release_slot("act", "k", 2, runs[0], 1, 30)
+    assert flow.slot_held(runs[2], 1) and not flow.slot_held(runs[3], 1)
+    assert flow.take_slot("act", "k", 2, runs[2], 1, 30).held
+    # A slot whose lease ran out (its worker died) is free, and the sweep hands it on.
+    ActivitySlot.objects.filter(run_id=runs[1], seq=1).update(lease_expires_at=datetime.now(UTC))
+    assert flow.hand_on_waiting({"act": Concurrency(limit=2)}, 30, 10) == []  # the runs are not waiting on it
+    assert flow.slot_held(runs[3], 1)
+    rows = ActivitySlot.objects.filter(key="k").values_list("run_id", "state")
+    assert sorted((str(run), state) for run, state in rows) == sorted([(runs[2], "held"), (runs[3], "held")])
+
+
+def test_a_running_attempts_slot_is_renewed_with_its_workers_leases() -> None:
+    run_id = client.start("tests.echo").run_id
+    flow = DjangoStore().activity_flow
+    assert flow.take_slot("act", "", 1, run_id, 0, 0.5).held
+    engine = make_engine()
+    with engine.holding_slot(run_id, 0):
+        before = ActivitySlot.objects.get(run_id=run_id).lease_expires_at
+        time.sleep(0.05)
+        engine.renew_leases()
+        after = ActivitySlot.objects.get(run_id=run_id).lease_expires_at
+        assert after > before + timedelta(seconds=2)  # WEFT_LEASE_TTL (3 s in the tests) from now
+    time.sleep(0.05)
+    engine.renew_leases()  # no longer held here: not renewed
+    assert ActivitySlot.objects.get(run_id=run_id).lease_expires_at == after

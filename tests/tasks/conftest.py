@@ -1,0 +1,1 @@
+from tests.admin.conftest import admin_client_  # noqa: F401 - the admin tests' fixture
