@@ -1,8 +1,9 @@
 """Django signals sent when a run changes state, after the change has committed.
 
 Each is sent with ``sender=WorkflowRun`` and the keyword arguments ``run_id``,
-``workflow_id`` and ``workflow_name``; ``run_failed``, ``run_cancelled`` and
-``run_timed_out`` add ``error`` (the stored error dict). Receivers run in the process
+``workflow_id`` and ``workflow_name``; the four that end a run (``run_completed``,
+``run_failed``, ``run_cancelled``, ``run_timed_out``) add ``finished_at`` (as stored),
+and all but ``run_completed`` add ``error`` (the stored error dict). Receivers run in the process
 that made the change (a worker, a web request, the sweep) after its transaction
 committed, so they never see a change that was rolled back; an exception in a receiver
 is logged and does not undo the change::

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import inspect
 import logging
 import traceback
@@ -95,6 +96,9 @@ class ActivityInfo:
     _probe: CancelProbe = field(default_factory=CancelProbe, compare=False, repr=False)
     worker: str = ""
     """The id of the worker (engine) running this attempt: ``"<host>:<pid>:<n>"``."""
+    started_at: datetime | None = None
+    """When this attempt started by the database's clock, as its step records it (an
+    inline attempt's; ``None`` where this process did not time it: a queued one's)."""
 
     @property
     def log_fields(self) -> dict[str, Any]:
@@ -576,6 +580,7 @@ class ActivityCalls:
                     seen.outcome = ""
                     reserved = None
                     started_at = ctx._db_now()
+                    info = dataclasses.replace(info, started_at=started_at)
                     if act.marks_attempts and refusal is None:
                         ctx._commit(
                             activity_step(

@@ -124,6 +124,7 @@ class WorkflowContext:
             attempt=claimed.attempt,
             started_at=claimed.created_at,
             search_attributes=claimed.search_attributes,
+            priority=claimed.priority,
             **schedule_info(claimed.search_attributes),
         )
         """This run: run id, workflow id, workflow name, attempt, start time (and, for a

@@ -27,6 +27,8 @@ class WorkflowInfo:
     search_attributes: Mapping[str, Any] = field(default_factory=dict)
     """The run's search attributes as they were when this turn claimed it (those the
     workflow sets in the turn are not added here)."""
+    priority: int = 0
+    """The run's priority (-100..100, higher first; docs/how-to/flow-control.md)."""
 
 
 def schedule_info(attributes: Mapping[str, Any]) -> dict[str, Any]:

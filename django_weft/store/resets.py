@@ -190,7 +190,7 @@ class Resets:
                 updated_at=now,
             )
             wid, name = run["workflow_id"], run["workflow_name"]
-            self.sql.announce(signals.run_cancelled, run_pk, wid, name, error=changes["error"])
+            self.sql.announce(signals.run_cancelled, run_pk, wid, name, error=error, finished_at=now)
             observe.run_finished(
                 run_id=str(run_pk), workflow_id=wid, workflow=name, status=RunStatus.CANCELLED
             )

@@ -183,14 +183,20 @@ class StoreSql:
         return self.runs().filter(pk=run_id, owner_id=owner, owner_epoch=epoch)
 
     def announce_finish(
-        self, run_id: str, workflow_id: str, workflow_name: str, status: str, error_json: str | None
+        self,
+        run_id: str,
+        workflow_id: str,
+        workflow_name: str,
+        status: str,
+        error_json: str | None,
+        finished_at: datetime,
     ) -> None:
         if status == RunStatus.COMPLETED:
-            self.announce(signals.run_completed, run_id, workflow_id, workflow_name)
+            self.announce(signals.run_completed, run_id, workflow_id, workflow_name, finished_at=finished_at)
         elif status in (RunStatus.FAILED, RunStatus.CANCELLED):
             error = codec.loads(error_json) if error_json else None
             signal = signals.run_failed if status == RunStatus.FAILED else signals.run_cancelled
-            self.announce(signal, run_id, workflow_id, workflow_name, error=error)
+            self.announce(signal, run_id, workflow_id, workflow_name, error=error, finished_at=finished_at)
 
     def announce(
         self,
@@ -517,12 +523,12 @@ class StoreSql:
         result_json: str | None,
         error_json: str | None,
         category: str,
-    ) -> tuple[str, str, bool | None] | None:
+    ) -> tuple[str, str, bool | None, datetime] | None:
         """The owner's terminal commit on PostgreSQL; ``(workflow_id, workflow_name,
-        queued)``, or ``None`` if the fence did not match (nothing written). ``queued`` is
-        ``None`` for a run no concurrency limit counts, else whether runs of its workflow
-        are queued for a slot (read in the same statement, so a limit nobody waits for
-        costs no round trip to hand the slot on)."""
+        queued, finished_at)``, or ``None`` if the fence did not match (nothing written).
+        ``queued`` is ``None`` for a run no concurrency limit counts, else whether runs of
+        its workflow are queued for a slot (read in the same statement, so a limit nobody
+        waits for costs no round trip to hand the slot on)."""
         # One statement (one round trip): the conditional UPDATE is the fence, and the
         # timer DELETE only sees a row if the UPDATE matched.
         params: dict[str, Any] = {
@@ -537,17 +543,18 @@ class StoreSql:
             "lease_expires_at = NULL, ready_at = NULL, dispatched_at = NULL, waiting_on = NULL, "
             f"finished_at = {now}, updated_at = {now} "
             "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
-            "RETURNING id, workflow_id, workflow_name, concurrency_key), "
+            "RETURNING id, workflow_id, workflow_name, concurrency_key, finished_at), "
             f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
             "AND fired_at IS NULL), "
             f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
             f"updated_at = {now} WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
             "SELECT workflow_id, workflow_name, CASE WHEN concurrency_key IS NOT NULL THEN EXISTS (SELECT 1 "
             f"FROM {RUN_TABLE} queued WHERE queued.workflow_name = done.workflow_name AND queued.slot = "
-            "'queued' AND queued.status = 'pending' AND queued.concurrency_key IS NOT NULL) END FROM done"
+            "'queued' AND queued.status = 'pending' AND queued.concurrency_key IS NOT NULL) END, finished_at "
+            "FROM done"
         )
         row = self.fetch_prepared(sql, params)  # prepared: planning it costs more than running it
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else (row[0], row[1], row[2], aware(row[3]))
 
     def renew_leases_in_one_statement(self, keys: list[Any], owner: str, ttl: float) -> None:
         """PostgreSQL: extend the leases of the runs ``keys`` still owned by ``owner``,

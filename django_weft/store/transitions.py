@@ -150,7 +150,8 @@ class RunTransitions:
         )
         run["finalizer"] = self.finalizers.schedule_finalizer(run_pk, run["workflow_name"], now)
         signal = signals.run_cancelled if status == RunStatus.CANCELLED else signals.run_timed_out
-        self.sql.announce(signal, run_pk, run["workflow_id"], run["workflow_name"], error=error)
+        wid, name = run["workflow_id"], run["workflow_name"]
+        self.sql.announce(signal, run_pk, wid, name, error=error, finished_at=now)
         observe.run_finished(
             run_id=str(run_pk), workflow_id=run["workflow_id"], workflow=run["workflow_name"], status=status
         )

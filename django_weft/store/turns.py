@@ -441,11 +441,14 @@ class RunTurns:
             )  # fmt: skip
             if finished_row is None:
                 raise deposed(run_id, owner, epoch, what)
-            workflow_id, workflow_name, queued = finished_row
-            self.sql.announce_finish(run_id, workflow_id, workflow_name, status, error_json)
+            workflow_id, workflow_name, queued, finished_at = finished_row
+            self.sql.announce_finish(run_id, workflow_id, workflow_name, status, error_json, finished_at)
             if queued is False:
                 self._nobody_queued.add(str(run_id))
             return None
+        # The clock of the database is this process's where it is not SQL's (SQLite): the
+        # end is written as a value, so the signals can say it without reading it back.
+        ended = self.sql.local_now()
         with transaction.atomic(using=self.sql.alias):
             names = self.sql.owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
             finished = names is not None and self.sql.owned(run_id, owner, epoch).update(
@@ -458,8 +461,8 @@ class RunTurns:
                 ready_at=None,
                 dispatched_at=None,
                 waiting_on=None,
-                finished_at=self.sql.now_value(),
-                updated_at=self.sql.now_value(),
+                finished_at=ended,
+                updated_at=ended,
             )
             if not finished:
                 raise deposed(run_id, owner, epoch, what)
@@ -469,7 +472,7 @@ class RunTurns:
                 status=UpdateStatus.FAILED, error=unanswered_error(status), updated_at=self.sql.now_value()
             )
             assert names is not None
-            self.sql.announce_finish(run_id, names[0], names[1], status, error_json)
+            self.sql.announce_finish(run_id, names[0], names[1], status, error_json, ended)
         return None
 
     def complete(

@@ -10,6 +10,7 @@ run back as a ``TaskResult``.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -121,16 +122,28 @@ def _retry_option(value: Any) -> RetryPolicy | None:
         return None
 
 
-def announce_finished(sender: Any, run_id: str, workflow_name: str, **kwargs: Any) -> None:
+def announce_finished(
+    sender: Any,
+    run_id: str,
+    workflow_name: str,
+    signal: Any,
+    finished_at: datetime | None = None,
+    **kwargs: Any,
+) -> None:
     """The framework's ``task_finished`` for a task run that ended (completed, failed,
-    cancelled, timed out), sent after the end committed, in the process that ended it."""
+    cancelled, timed out), sent after the end committed, in the process that ended it. A
+    run this thread has just completed is reported from what it ran; any other is read."""
     act = registry.activities.get(workflow_name)
     if act is None or not act.marks_attempts:
         return
-    try:
-        result = results.read(run_id)
-    except framework.TaskResultDoesNotExist:
-        return
+    ending = runner.take_ending(run_id)
+    if ending is not None and signal is run_completed and finished_at is not None:
+        result = results.finished(ending[0], finished_at, ending[1])
+    else:
+        try:
+            result = results.read(run_id)
+        except framework.TaskResultDoesNotExist:
+            return
     framework.task_finished.send(type(result.task.get_backend()), task_result=result)
 
 

@@ -9,6 +9,7 @@ enqueued and finished, and how it ended.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -21,6 +22,7 @@ from ..engine.activities import ActivityInfo
 from ..engine.error_types import ErrorType
 from ..engine.errors import WorkflowNotFound
 from ..engine.records import TERMINAL_STATUSES, RunStatus, StepStatus
+from ..engine.workflow_info import WorkflowInfo
 from ..runtime import HistoryEntry, RunRecord
 from . import framework
 from .runner import QUEUE_ATTRIBUTE, TASK_ATTRIBUTE
@@ -59,6 +61,46 @@ def read(result_id: Any, *, alias: str | None = None) -> framework.TaskResult:
     if not isinstance(backend, str) or (alias is not None and backend != alias):
         raise framework.TaskResultDoesNotExist(f"run {run_id} is not a task of the task backend {alias!r}")
     return task_result(_task_of(run, backend), run, step)
+
+
+def first_attempt(
+    task: framework.Task, run: WorkflowInfo, info: ActivityInfo, args: Any, kwargs: Any
+) -> framework.TaskResult | None:
+    """What :func:`read` would return for task run ``run`` while ``info``, its first
+    attempt, runs inline in the turn that holds ``run`` (started, its mark written at
+    ``info.started_at``), without reading it back; ``None`` for a run of the task nobody
+    enqueued."""
+    backend = run.search_attributes.get(TASK_ATTRIBUTE)
+    if not isinstance(backend, str):
+        return None
+    queue = str(run.search_attributes.get(QUEUE_ATTRIBUTE) or task.queue_name)
+    return new_result(
+        as_enqueued(task, run.priority, queue, backend),
+        run.run_id,
+        args,
+        kwargs,
+        status=framework.TaskResultStatus.RUNNING,
+        enqueued_at=run.started_at,
+        started_at=info.started_at,
+        last_attempted_at=info.started_at,
+        backend=backend,
+        worker_ids=[info.worker],
+    )
+
+
+def finished(started: framework.TaskResult, finished_at: datetime, value: Any) -> framework.TaskResult:
+    """``started``, the result of a task run's last attempt as it started, once that
+    attempt returned ``value`` and the run completed at ``finished_at``: what :func:`read`
+    returns then."""
+    result = dataclasses.replace(
+        started,
+        status=framework.TaskResultStatus.SUCCESSFUL,
+        finished_at=finished_at,
+        errors=list(started.errors),
+        worker_ids=list(started.worker_ids),
+    )
+    object.__setattr__(result, "_return_value", value)
+    return result
 
 
 def step_attempt(task: framework.Task, info: ActivityInfo, args: Any, kwargs: Any) -> framework.TaskResult:
@@ -186,8 +228,13 @@ def _task_of(run: RunRecord, backend: str) -> framework.Task:
             f"run {run.run_id} is a task of {run.workflow!r}, which is not a task that can be imported here"
         )
     queue = str(run.search_attributes.get(QUEUE_ATTRIBUTE) or task.queue_name)
+    return as_enqueued(task, run.priority, queue, backend)
+
+
+def as_enqueued(task: framework.Task, priority: int, queue: str, backend: str) -> framework.Task:
+    """``task`` as it was enqueued: on that queue and backend, with that priority."""
     try:
-        return task.using(priority=run.priority, queue_name=queue, backend=backend)
+        return task.using(priority=priority, queue_name=queue, backend=backend)
     except framework.InvalidTask:
         return task  # the settings changed since (that queue or backend is gone): as defined
 

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from ..engine import activity_overrides
-from ..engine.activities import activity_info, run_to_completion
+from ..engine.activities import ActivityInfo, activity_info, run_to_completion
 from ..engine.context import WorkflowContext
 from ..engine.registry import Activity, Workflow, registry
 from ..engine.retry import RetryPolicy
+from ..engine.workflow_info import WorkflowInfo
 from . import framework
 
 TASK_ATTRIBUTE = "weft_task"
@@ -101,7 +104,15 @@ def _body_of(name: str) -> Callable[..., Any]:
         act = registry.activities[name]
         task = _task_by_activity[name]
         policy = policy_of(task, alias if isinstance(alias, str) else None)
-        outcome = ctx.run(_on_queue(dataclasses.replace(act, retry=policy), str(queue)), *args, **kwargs)
+        _here.started = None
+        token = _turn_run.set(ctx.info)
+        try:
+            outcome = ctx.run(_on_queue(dataclasses.replace(act, retry=policy), str(queue)), *args, **kwargs)
+        finally:
+            _turn_run.reset(token)
+            started, _here.started = _here.started, None
+        if started is not None and started.id == ctx.info.run_id:
+            _here.ending = (started, outcome["value"])  # for task_finished, once the run ends
         return outcome["value"]
 
     return body
@@ -109,6 +120,30 @@ def _body_of(name: str) -> Callable[..., Any]:
 
 _task_by_activity: dict[str, framework.Task] = {}
 """The task each registered task activity runs, by its name (the task's module path)."""
+
+_turn_run: ContextVar[WorkflowInfo | None] = ContextVar("django_weft_task_run", default=None)
+"""The task run whose turn runs its step in this context: its attempt, inline, builds the
+result it reports from what the turn holds instead of reading it back."""
+
+
+class _Reported(threading.local):
+    """What this thread reported of the task run it runs, so the framework's signals of
+    that run need no read of what it has just written: the result ``task_started`` was
+    sent with (set by the attempt, taken by its run's body), then that result with the
+    step's value (set by the body, taken by ``task_finished`` when the run ends)."""
+
+    started: framework.TaskResult | None = None
+    ending: tuple[framework.TaskResult, Any] | None = None
+
+
+_here = _Reported()
+
+
+def take_ending(run_id: str) -> tuple[framework.TaskResult, Any] | None:
+    """The started result and the value of task run ``run_id`` if this thread ran its
+    step in the turn that ended it; once."""
+    ending, _here.ending = _here.ending, None
+    return ending if ending is not None and ending[0].id == run_id else None
 
 
 def _attempt_of(task: framework.Task) -> Callable[..., Any]:
@@ -126,11 +161,9 @@ def _attempt_of(task: framework.Task) -> Callable[..., Any]:
         as_run = info.workflow_name == task.module_path and info.seq == results.TASK_SEQ
         current = None
         if as_run:
-            try:
-                current = results.read(info.run_id)
-            except framework.TaskResultDoesNotExist:
-                pass  # a run of the task nobody enqueued (a schedule's): no result to report
-            else:
+            current = _started(task, info, args, kwargs)
+            _here.started = current
+            if current is not None:
                 framework.task_started.send(type(task.get_backend()), task_result=current)
         mock = activity_overrides.override_of(task.module_path)
         if mock is not None:
@@ -145,6 +178,21 @@ def _attempt_of(task: framework.Task) -> Callable[..., Any]:
         return {"value": value, "worker": info.worker} if as_run else value
 
     return attempt
+
+
+def _started(task: framework.Task, info: ActivityInfo, args: Any, kwargs: Any) -> framework.TaskResult | None:
+    """The result of the task run whose attempt ``info`` is starting (its ``started``
+    mark is written), or ``None`` for a run of the task nobody enqueued (a schedule's). A
+    first attempt run inline is built from the turn's run; any other is read."""
+    from . import results
+
+    run = _turn_run.get()
+    if run is not None and run.run_id == info.run_id and info.attempt == 1 and info.started_at is not None:
+        return results.first_attempt(task, run, info, args, kwargs)
+    try:
+        return results.read(info.run_id)
+    except framework.TaskResultDoesNotExist:
+        return None
 
 
 def _named_like(task: framework.Task, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -320,11 +320,14 @@ def test_retry_is_refused_while_another_run_has_the_workflow_id() -> None:
 
 def test_django_signals_are_sent_after_commit() -> None:
     received: list[tuple[str, str]] = []
+    ends: dict[str, Any] = {}
 
     def receiver_for(name: str) -> Any:
         def receiver(sender: Any, run_id: str, workflow_name: str, **kwargs: Any) -> None:
             assert sender is WorkflowRun
             received.append((name, workflow_name))
+            if "finished_at" in kwargs:
+                ends[run_id] = (name, kwargs["finished_at"])
 
         return receiver
 
@@ -356,6 +359,10 @@ def test_django_signals_are_sent_after_commit() -> None:
             ("run_cancelled", "tests.sleepy"),
         ]:
             assert expected in received, expected
+        # The signals that end a run carry its end as stored; no other signal has one.
+        assert {name for name, _ in ends.values()} == {"run_completed", "run_failed", "run_cancelled"}
+        for handle in (done, failed, paused):
+            assert ends[handle.run_id][1] == WorkflowRun.objects.get(pk=handle.run_id).finished_at
     finally:
         for name, receiver in receivers.items():
             getattr(signals, name).disconnect(receiver)

@@ -17,7 +17,7 @@ from django.db import transaction
 
 from django_weft import client, runtime
 from django_weft.models import WorkflowRun
-from django_weft.tasks import WeftTaskBackend, WorkerLost, framework
+from django_weft.tasks import WeftTaskBackend, WorkerLost, framework, results
 from django_weft.tasks.framework import TaskResultStatus
 from tests.testapp import tasks
 from tests.testapp.models import SideEffect
@@ -298,6 +298,71 @@ def test_the_frameworks_signals_are_sent(weft: Any, received: list[tuple[str, st
         ("started", bad.id, "RUNNING"),
         ("finished", bad.id, "FAILED"),
     ]
+
+
+def _fields(result: Any) -> tuple[Any, ...]:
+    value = result.return_value if result.status == SUCCESSFUL else None
+    task = result.task
+    return (
+        result.id, result.status, result.enqueued_at, result.started_at, result.finished_at,
+        result.last_attempted_at, result.args, result.kwargs, result.backend, result.errors,
+        result.worker_ids, task.module_path, task.priority, task.queue_name, task.backend, value,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_started_and_finished_signals_carry_what_get_result_returns_then(
+    weft: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first attempt run inline is reported without reading the run back (what its
+    turn holds is enough); a retried one, a queued one and a failed one are read. Either
+    way the result sent is the one ``get_result`` returns at that moment."""
+    sent: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = []
+
+    def receiver(name: str) -> Any:
+        def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            now = task_result.task.get_backend().get_result(task_result.id)
+            sent.append((name, _fields(task_result), _fields(now)))
+
+        return receive
+
+    reads: list[str] = []
+    read = results.read
+
+    def counted(result_id: Any, **kwargs: Any) -> Any:
+        if "alias" not in kwargs:  # django_weft's own read, not the receivers' get_result
+            reads.append(str(result_id))
+        return read(result_id, **kwargs)
+
+    started, finished = receiver("started"), receiver("finished")
+    framework.task_started.connect(started)
+    framework.task_finished.connect(finished)
+    try:
+        inline = [
+            tasks.add.enqueue(1, 2),
+            tasks.noop.using(priority=-7).enqueue(),
+            tasks.with_context.enqueue("signals"),
+            tasks.async_add.enqueue(2, 3),
+        ]
+        retried = tasks.fails_until.enqueue("signals-retried", 2)
+        queued = tasks.send_email.enqueue("a@example.com")
+        failed = tasks.always_fails.enqueue("no")
+        monkeypatch.setattr(results, "read", counted)
+        weft.run_until_idle()
+    finally:
+        framework.task_started.disconnect(started)
+        framework.task_finished.disconnect(finished)
+    for name, reported, read_then in sent:
+        assert reported == read_then, name
+    signals_of = {result.id: [name for name, reported, _ in sent if reported[0] == result.id]
+                  for result in [*inline, retried, queued, failed]}  # fmt: skip
+    assert signals_of[retried.id] == ["started", "started", "finished"]  # one per attempt
+    for result in [*inline, queued, failed]:
+        assert signals_of[result.id] == ["started", "finished"]
+    assert not {result.id for result in inline} & set(reads)
+    assert reads.count(retried.id) == 1  # its second attempt's start
+    assert reads.count(queued.id) == 2  # run by a queued attempt, ended by a later turn
+    assert reads.count(failed.id) == 1  # its end
 
 
 @pytest.mark.django_db(transaction=True)
