@@ -614,7 +614,7 @@ class ActivityCalls:
                 if outcome.error is None:
                     faults.hit("after_activity", run_id=claimed.run_id, seq=seq, engine=engine)
                     ctx._enter()
-                    ctx._commit(
+                    ctx._commit_later(
                         activity_step(
                             StepStatus.COMPLETED,
                             result_json=outcome.result_json,

@@ -97,7 +97,14 @@ class WorkflowContext:
         self._claimed = claimed
         self._config = config
         self._workflow = workflow
-        self._fence = Fence(claimed.run_id, engine.engine_id, claimed.epoch, self._depose)
+        self._fence = Fence(
+            claimed.run_id,
+            engine.engine_id,
+            claimed.epoch,
+            self._depose,
+            commit_step=engine.store.commit_step,
+            on_written=self._step_written,
+        )
         self._steps = dict(claimed.steps)
         self._history_length = (max(claimed.steps) + 1) if claimed.steps else 0
         self._seq = 0
@@ -207,6 +214,7 @@ class WorkflowContext:
         )
 
     def _next(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
+        self._fence.flush()  # a step held back is recorded before the workflow goes on
         self._enter()
         seq = self._seq
         self._seq += 1
@@ -281,11 +289,23 @@ class WorkflowContext:
         fenced store method taking the step and ``extra``) for a step that also changes
         the run in the same transaction."""
         self._frontier()
+        self._fence.flush()  # a step held back is recorded first, as if it had not been
         faults.hit("before_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
         if write is None:
             self._fence.write(self._engine.store.commit_step, step)
         else:
             self._fence.write(write, step, *extra)
+        faults.hit("after_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
+
+    def _commit_later(self, step: StepWrite) -> None:
+        """Record ``step`` with the turn's next write, or in the run's terminal commit if
+        the workflow returns before another (:meth:`Fence.hold`): an inline activity's
+        completion, the last write of many a run."""
+        self._frontier()
+        faults.hit("before_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
+        self._fence.hold(step)
+
+    def _step_written(self, step: StepWrite) -> None:
         faults.hit("after_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
 
     def _step(

@@ -29,7 +29,7 @@ from .errors import (
 )
 from .flow import Rate
 from .ports import Dispatcher, TurnStore, ring_activity, ring_turn
-from .records import FINALIZER_SEQ, ClaimedRun, FailureCategory, RunStatus, StepKind
+from .records import FINALIZER_SEQ, ClaimedRun, FailureCategory, RunStatus, StepKind, StepWrite
 from .registry import Registry, registry
 from .retry import RetryPolicy
 from .run_logging import get_logger
@@ -292,6 +292,12 @@ class Engine:
         unwinding = ctx._unwinding
         if isinstance(unwinding, DeposedUnwind):
             raise unwinding.cause
+        # An inline activity's completed step not written yet: the completion writes it in
+        # its own statement; any other end writes it first.
+        held = ctx._fence.take_held()
+        if not (unwinding is None and error is None and ctx._fatal is None):
+            self._write_held(ctx, held)
+            held = None
         if ctx._fatal is not None:
             return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
         if unwinding is not None and not isinstance(unwinding, ContinueAsNew | Park):
@@ -306,14 +312,21 @@ class Engine:
         if unwinding is None or isinstance(unwinding, ContinueAsNew):
             leftover = ctx.unconsumed_history()
             if leftover is not None:
+                self._write_held(ctx, held)
                 return self._fail(ctx, leftover, FailureCategory.NONDETERMINISM, label)
         if unwinding is None:
             try:
                 result_json = codec.dumps(value, what=f"the result of workflow {workflow.name}")
             except PayloadError as exc:
+                self._write_held(ctx, held)
                 return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
             faults.hit("before_complete", run_id=run_id, engine=self)
-            woken_parent = self.store.complete(run_id, me, epoch, result_json, parent=claimed.parent_run_id)
+            # The last step, if held back, is written by the completion's own statement.
+            woken_parent = self.store.complete(
+                run_id, me, epoch, result_json, parent=claimed.parent_run_id, step=held
+            )
+            if held is not None:
+                ctx._step_written(held)
             logger.info("%s: completed", label)
             self._after_close(ctx, woken_parent, "completed")
             return TurnOutcome.COMPLETED
@@ -340,6 +353,12 @@ class Engine:
             # A latency hint only: the sweep fires the timer even if this is lost.
             self.dispatch_turn(run_id, eta=timer.fire_at, priority=claimed.priority)
         return TurnOutcome.PARKED
+
+    def _write_held(self, ctx: WorkflowContext, held: StepWrite | None) -> None:
+        if held is not None:
+            claimed = ctx._claimed
+            self.store.commit_step(claimed.run_id, self.engine_id, claimed.epoch, held)
+            ctx._step_written(held)
 
     def _fail(self, ctx: WorkflowContext, exc: BaseException, category: str, label: str) -> TurnOutcome:
         error: dict[str, Any]

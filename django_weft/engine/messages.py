@@ -481,6 +481,7 @@ class MessageHandling:
         ctx = self._ctx
         ok, value = self._call_update_handler(name, entry, info.get("payload"))
         ctx._frontier()
+        ctx._fence.flush()  # the handler's own steps are recorded before its answer
         faults.hit("before_update_answer", run_id=ctx._claimed.run_id, seq=seq, engine=ctx._engine)
         outcome = {"ok": True, "result": value} if ok else {"ok": False, "error": value}
         step = ctx._step(

@@ -104,9 +104,17 @@ class TurnStore(Protocol):
         :func:`~django_weft.engine.activities.cancellation_seen`), or ``None``; one read."""
 
     def complete(
-        self, run_id: str, owner: str, epoch: int, result_json: str, *, parent: str | None = None
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        result_json: str,
+        *,
+        parent: str | None = None,
+        step: StepWrite | None = None,
     ) -> str | None:
-        """Commit the run ``completed``, fenced. For a child (``parent`` given), wake the
+        """Commit the run ``completed``, fenced, with ``step`` (its last step, held back
+        by the turn) if given: both or neither. For a child (``parent`` given), wake the
         parent if it waits for it and return the parent's id."""
 
     def fail(

@@ -27,6 +27,9 @@ SWEEP_BACKOFF_MAX = 2.0
 """Seconds between the sweep's attempts at most while they fail (the database away)."""
 
 
+BACKLOG_POLL = 0.005
+"""Seconds between looks at this process's queue while a backlog waits for room."""
+
 TIMER_IDLE_WAIT = 1.0
 """Seconds the timer thread sleeps at most when no delayed doorbell is due."""
 
@@ -109,10 +112,17 @@ class InProcessWorker:
                 # at once; this sweep's dispatches go to this process's own threads.
                 # Only runs of the workflows registered here are sent to this process's
                 # threads (the others would be marked dispatched for nothing).
-                tick(self.dispatcher, redispatch_after=0.0, workflows=registry.workflow_names())
+                report = tick(self.dispatcher, redispatch_after=0.0, workflows=registry.workflow_names())
                 if failures:
                     logger.info("sweep: working again after %d failed attempts", failures)
                 failures = 0
+                if report.backlog:
+                    # More is due than one sweep takes (a backlog after a restart, timers
+                    # falling due together): sweep again once the threads are nearly
+                    # through this batch, not a tick later, so the backlog drains at the
+                    # threads' pace.
+                    self._wait_for_room(started + weft_settings.TICK_INTERVAL)
+                    continue
             except Exception as exc:
                 failures += 1
                 if not database_unavailable(exc):
@@ -126,6 +136,13 @@ class InProcessWorker:
                 # failure up to SWEEP_BACKOFF_MAX, so a restart is noticed within seconds.
                 interval = min(interval * 2 ** min(failures - 1, 10), max(interval, SWEEP_BACKOFF_MAX))
             self._stopping.wait(max(interval - (time.monotonic() - started), 0.0))
+
+    def _wait_for_room(self, deadline: float) -> None:
+        """Until fewer runs wait in this process's queue than it has threads (or
+        ``deadline``, or a stop)."""
+        while self.dispatcher.qsize() >= self._threads_wanted and time.monotonic() < deadline:
+            if self._stopping.wait(BACKLOG_POLL):
+                return
 
     def _listen_loop(self) -> None:
         """Ring this process's doorbell for each work notice (a run started, signalled or

@@ -42,6 +42,17 @@ class TickReport:
     """Runs queued for a concurrency slot that a freed slot let in."""
     handed_on: int = 0
     """Runs woken because an activity concurrency slot was handed on to an attempt of theirs."""
+    batch: int = 0
+    """The ``WEFT_TICK_BATCH`` this sweep ran with."""
+
+    @property
+    def backlog(self) -> bool:
+        """Whether a part of this sweep stopped at its batch: more of that work is likely
+        due now, and a worker with room should sweep again without waiting a tick."""
+        if self.batch <= 0:
+            return False
+        counts = (self.fired, self.dispatched, self.finalizers, self.schedules, self.admitted, self.handed_on)
+        return max(counts) >= self.batch
 
 
 _last_purge = [0.0]
@@ -84,7 +95,7 @@ def tick(
     dispatcher = dispatcher or get_dispatcher()
     store = get_store()
     batch = weft_settings.TICK_BATCH
-    report = TickReport()
+    report = TickReport(batch=batch)
     report.fired = len(store.sweep.fire_due_timers(batch))
     report.schedules = fire_due_schedules(batch)
     # Children left running by parents that closed without applying their policy (a

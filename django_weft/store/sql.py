@@ -76,6 +76,14 @@ _STEP_ON_CONFLICT = (
 )
 
 
+_LAST_STEP_VALUES = (
+    "%(step_seq)s, %(step_kind)s, %(step_name)s, %(step_status)s, %(step_args)s::jsonb, "
+    "%(step_result)s::jsonb, %(step_error)s::jsonb, %(step_attempt)s, %(step_started)s, "
+    "%(step_finished)s, %(step_stamp)s, %(step_stamp)s, %(step_epoch)s, %(step_failed)s::jsonb"
+)
+"""A step's values (:data:`_STEP_COLUMNS` after ``run_id``) in a statement that has other
+``result`` and ``error`` parameters: the terminal commit that records the last step."""
+
 _STEP_SQL: dict[str, str] = {}
 
 _HOLDS_SLOT = "AND (concurrency_key IS NULL OR slot = 'held') "
@@ -523,20 +531,30 @@ class StoreSql:
         result_json: str | None,
         error_json: str | None,
         category: str,
+        step: StepWrite | None = None,
     ) -> tuple[str, str, bool | None, datetime] | None:
         """The owner's terminal commit on PostgreSQL; ``(workflow_id, workflow_name,
         queued, finished_at)``, or ``None`` if the fence did not match (nothing written).
         ``queued`` is ``None`` for a run no concurrency limit counts, else whether runs of
         its workflow are queued for a slot (read in the same statement, so a limit nobody
-        waits for costs no round trip to hand the slot on)."""
+        waits for costs no round trip to hand the slot on). ``step``, the run's last step,
+        is recorded by the same statement."""
         # One statement (one round trip): the conditional UPDATE is the fence, and the
-        # timer DELETE only sees a row if the UPDATE matched.
+        # timer DELETE (and the step INSERT) only sees a row if the UPDATE matched.
         params: dict[str, Any] = {
             "status": status, "result": result_json, "error": error_json, "category": category,
             "id": self.run_key(run_id), "owner": owner, "epoch": epoch,
             "unanswered": codec.dumps(unanswered_error(status)),
         }  # fmt: skip
         now = self.sql_now(params)
+        last_step = ""
+        if step is not None:
+            for name, value in self._step_params(run_id, owner, epoch, step).items():
+                params[f"step_{name}"] = value
+            last_step = (
+                f"stepped AS (INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT done.id, {_LAST_STEP_VALUES} "
+                f"FROM done {_STEP_ON_CONFLICT}), "
+            )
         sql = (
             f"WITH done AS (UPDATE {RUN_TABLE} SET status = %(status)s, result = %(result)s::jsonb, "
             "error = %(error)s::jsonb, failure_category = %(category)s, owner_id = NULL, "
@@ -544,6 +562,7 @@ class StoreSql:
             f"finished_at = {now}, updated_at = {now} "
             "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
             "RETURNING id, workflow_id, workflow_name, concurrency_key, finished_at), "
+            f"{last_step}"
             f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
             "AND fired_at IS NULL), "
             f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "

@@ -421,23 +421,25 @@ class RunTurns:
         error_json: str | None = None,
         category: str = "",
         parent: str | None = None,
+        step: StepWrite | None = None,
     ) -> str | None:
         """The owner's terminal commit: status, outcome, release and unfired timers removed,
-        fenced on (owner, epoch). A child run's commit also wakes its parent if the parent
-        waits for it, in the same transaction (the child's row is locked before the
-        parent's: descendants before ancestors, the order every writer follows); the
-        woken parent's id is returned for its doorbell."""
+        and ``step`` (the run's last, held back by its turn) recorded, fenced on (owner,
+        epoch). A child run's commit also wakes its parent if the parent waits for it, in
+        the same transaction (the child's row is locked before the parent's: descendants
+        before ancestors, the order every writer follows); the woken parent's id is
+        returned for its doorbell."""
         if parent is not None and status != RunStatus.CONTINUED:
             with transaction.atomic(using=self.sql.alias):
                 self._finish(
                     run_id, owner, epoch, what, status=status, result_json=result_json,
-                    error_json=error_json, category=category,
+                    error_json=error_json, category=category, step=step,
                 )  # fmt: skip
                 return self.waking.wake_parent(parent)
         if self.sql.is_postgres:
             finished_row = self.sql.finish_in_one_statement(
                 run_id, owner, epoch, status=status, result_json=result_json, error_json=error_json,
-                category=category,
+                category=category, step=step,
             )  # fmt: skip
             if finished_row is None:
                 raise deposed(run_id, owner, epoch, what)
@@ -450,6 +452,8 @@ class RunTurns:
         # end is written as a value, so the signals can say it without reading it back.
         ended = self.sql.local_now()
         with transaction.atomic(using=self.sql.alias):
+            if step is not None:
+                self.sql.commit_step(run_id, owner, epoch, step)  # raises Deposed if not ours
             names = self.sql.owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
             finished = names is not None and self.sql.owned(run_id, owner, epoch).update(
                 status=status,
@@ -476,7 +480,14 @@ class RunTurns:
         return None
 
     def complete(
-        self, run_id: str, owner: str, epoch: int, result_json: str, *, parent: str | None = None
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        result_json: str,
+        *,
+        parent: str | None = None,
+        step: StepWrite | None = None,
     ) -> str | None:
         return self._finish(
             run_id,
@@ -486,6 +497,7 @@ class RunTurns:
             status=RunStatus.COMPLETED,
             result_json=result_json,
             parent=parent,
+            step=step,
         )
 
     def fail(

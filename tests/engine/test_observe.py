@@ -95,9 +95,10 @@ def test_a_deposed_turn_reports_its_refused_write_and_the_takeover(weft: Harness
 
     run_id = weft.store.start("observe.deposed")
     assert weft.turn(run_id) == TurnOutcome.DEPOSED
+    # The attempt ran to its end; the write refused is the completion that records it.
     assert recorder.events == [
         ("claim", "first_turn"),
-        ("attempt", "take_over", 1, "deposed"),
+        ("attempt", "take_over", 1, "completed"),
         ("deposed", 1),
         ("turn", "deposed", False),
     ]

@@ -1040,6 +1040,7 @@ from . import (  # noqa: E402, F401  (register the workflows of those tests)
     activity_flow_workflows,
     async_workflows,
     flow_workflows,
+    last_step_workflows,
     observe_workflows,
     replay_workflows,
     task_workflows,

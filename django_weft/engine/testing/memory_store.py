@@ -358,10 +358,20 @@ class MemoryStore:
     # -- terminal commits ----------------------------------------------------------------
 
     def complete(
-        self, run_id: str, owner: str, epoch: int, result_json: str, *, parent: str | None = None
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        result_json: str,
+        *,
+        parent: str | None = None,
+        step: StepWrite | None = None,
     ) -> str | None:
         with self._lock:
-            self._finish(self._owned(run_id, owner, epoch, "completion"), RunStatus.COMPLETED)
+            run = self._owned(run_id, owner, epoch, "completion")
+            if step is not None:
+                run.steps[step.seq] = step
+            self._finish(run, RunStatus.COMPLETED)
             self.runs[run_id].result = codec.loads(result_json)
             return self._wake_parent(parent)
 

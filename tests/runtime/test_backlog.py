@@ -1,0 +1,43 @@
+"""A backlog larger than one sweep's batch drains at the worker's pace, not a batch per
+tick interval: ``weft_worker``'s sweep sweeps again as soon as its threads have room."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from django_weft import client
+from django_weft.models import WorkflowRun
+from django_weft.runtime.inprocess import InProcessWorker
+from django_weft.runtime.sweep import TickReport
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_report_that_reached_its_batch_says_more_is_due() -> None:
+    assert not TickReport(batch=5, fired=4, dispatched=4).backlog
+    assert TickReport(batch=5, dispatched=5).backlog
+    assert TickReport(batch=5, fired=5).backlog
+    assert not TickReport(batch=0).backlog
+
+
+def test_a_backlog_of_eight_batches_drains_within_one_tick_interval(settings: Any) -> None:
+    # Only the sweep finds this work (no notices): a batch of 5 every 30 s would take
+    # 4 minutes for 40 runs.
+    settings.WEFT_TICK_BATCH = 5
+    settings.WEFT_TICK_INTERVAL = 30
+    settings.WEFT_NOTIFY = False
+    runs = [client.start("tests.echo", args=[index]).run_id for index in range(40)]
+    worker = InProcessWorker(threads=2)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs):
+                break
+            time.sleep(0.1)
+    finally:
+        worker.stop(timeout=10)
+    assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs)

@@ -1,0 +1,60 @@
+"""Workflows of the tests of the last step held back for the terminal commit
+(tests/store/test_last_step.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_weft import RetryPolicy, activity, activity_info, workflow
+from django_weft.models import Step
+
+from .models import SideEffect
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+@activity(name="tests.ls.recorded_before", retry=NO_RETRY)
+def recorded_before(key: str) -> list[int]:
+    """The positions of this run's steps recorded when this attempt runs."""
+    SideEffect.objects.create(key=key)
+    info = activity_info()
+    return sorted(Step.objects.filter(run_id=info.run_id).values_list("seq", flat=True))
+
+
+@workflow(name="tests.ls.one_step")
+def one_step(ctx: Any, key: str) -> list[int]:
+    return ctx.run(recorded_before, key)
+
+
+@workflow(name="tests.ls.three_steps")
+def three_steps(ctx: Any, key: str) -> list[list[int]]:
+    return [ctx.run(recorded_before, f"{key}:{index}") for index in range(3)]
+
+
+@workflow(name="tests.ls.step_then_raise")
+def step_then_raise(ctx: Any, key: str) -> None:
+    ctx.run(recorded_before, key)
+    raise ValueError(f"{key} fails after its step")
+
+
+@workflow(name="tests.ls.step_then_sleep")
+def step_then_sleep(ctx: Any, key: str) -> str:
+    ctx.run(recorded_before, key)
+    ctx.sleep(3600)
+    return key
+
+
+@workflow(name="tests.ls.step_then_unencodable")
+def step_then_unencodable(ctx: Any, key: str) -> Any:
+    ctx.run(recorded_before, key)
+    return object()
+
+
+@activity(name="tests.ls.quiet", retry=NO_RETRY)
+def quiet(value: Any) -> Any:
+    return value
+
+
+@workflow(name="tests.ls.one_quiet_step")
+def one_quiet_step(ctx: Any, value: Any) -> Any:
+    return ctx.run(quiet, value)
