@@ -105,6 +105,18 @@ def json_value(value: Any) -> Any:
     return codec.loads(value) if isinstance(value, str | bytes) else value
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _moment(value: int | str | datetime) -> datetime:
+    """A step's time as the history read gives it: microseconds since the epoch
+    (PostgreSQL: exact, and a tenth of the cost of loading a ``timestamptz``), or a
+    datetime or its text (SQLite)."""
+    if isinstance(value, int):
+        return _EPOCH + timedelta(microseconds=value)
+    return aware(value)
+
+
 def _step_record(row: Sequence[Any]) -> StepRecord:
     """A :class:`StepRecord` from ``seq, kind, name, status, result, error, attempt,
     started_at, finished_at, failed_attempts`` columns."""
@@ -117,8 +129,8 @@ def _step_record(row: Sequence[Any]) -> StepRecord:
         result=json_value(result),
         error=json_value(error),
         attempt=attempt,
-        started_at=aware(started) if started is not None else None,
-        finished_at=aware(finished) if finished is not None else None,
+        started_at=_moment(started) if started is not None else None,
+        finished_at=_moment(finished) if finished is not None else None,
         failed_attempts=tuple(json_value(failed)) if failed is not None else (),
     )
 
@@ -356,8 +368,14 @@ class StoreSql:
 
     def load_steps(self, run_id: str) -> dict[int, StepRecord]:
         """The recorded steps of a run, in one query."""
+        times = "started_at, finished_at"
+        if self.is_postgres:  # ``extract`` gives an exact numeric (PostgreSQL 14 and later)
+            times = (
+                "(extract(epoch FROM started_at) * 1000000)::int8, "
+                "(extract(epoch FROM finished_at) * 1000000)::int8"
+            )
         sql = (
-            "SELECT seq, kind, name, status, result, error, attempt, started_at, finished_at, "
+            f"SELECT seq, kind, name, status, result, error, attempt, {times}, "
             f"failed_attempts FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
         )
         with self.connection.cursor() as cursor:
