@@ -1,14 +1,15 @@
 """Workflows through real Celery workers: django_weft against a Celery chain and DBOS.
 
-Three workloads of the same shape, N of each, three no-op steps apiece:
+Three workloads of the same shape, N of each, K no-op steps apiece (``--steps``, 3):
 
-* **weft**: N runs of ``bench.three_steps`` (three inline activities) started with
+* **weft**: N runs of ``bench.three_steps`` (three inline activities; ``bench.steps``
+  for another K) started with
   ``django_weft.client.start``; a real ``celery worker`` (prefork, ``--concurrency``
   processes, Redis broker, PostgreSQL) runs the turns, ``celery beat`` the sweep.
   Durable: every step is recorded, a crash resumes where it stopped.
-* **chain**: N Celery ``chain``s of three no-op tasks on the same worker and broker.
+* **chain**: N Celery ``chain``s of K no-op tasks on the same worker and broker.
   Not durable: a lost message or a crash loses the chain's progress.
-* **DBOS**: N DBOS Transact workflows of three ``@DBOS.step``s, run from 8 threads in
+* **DBOS**: N DBOS Transact workflows of K ``@DBOS.step``s, run from 8 threads in
   this process (DBOS has no broker; its executor is the calling thread).
 
 Each part reports workflows per second (N over first start to last completion) and the
@@ -16,7 +17,7 @@ p50/p99 start-to-completion latency. The parts alternate for ``--rounds`` rounds
 summary takes medians. Usage (see benchmarks/README.md)::
 
     .venv/bin/python benchmarks/celery_throughput.py [--workflows 500] [--concurrency 2]
-                                                     [--rounds 3] [--skip-dbos]
+                                                     [--rounds 3] [--steps 3] [--skip-dbos]
 
 The database ``weft_celery_bench`` is dropped and recreated and Redis database 14
 flushed at every invocation (``WEFT_BENCH_DB`` and ``WEFT_BENCH_BROKER_URL`` override).
@@ -143,23 +144,26 @@ def wait_until(predicate: Any, timeout: float, what: str) -> None:
 # -- the parts -------------------------------------------------------------------------
 
 
-def bench_weft(count: int) -> Result:
+def bench_weft(count: int, steps: int = 3) -> Result:
     from django_weft import client
     from django_weft.models import Step, WorkflowRun
 
     began = time.time()
-    run_ids = [client.start("bench.three_steps", args=[i]).run_id for i in range(count)]
+    if steps == 3:
+        run_ids = [client.start("bench.three_steps", args=[i]).run_id for i in range(count)]
+    else:
+        run_ids = [client.start("bench.steps", args=[i, steps]).run_id for i in range(count)]
     keys = [uuid.UUID(run_id) for run_id in run_ids]
     runs = WorkflowRun.objects.filter(pk__in=keys)
     wait_until(lambda: runs.filter(status="completed").count() == count, 120, "the weft runs")
     rows = list(runs.values_list("created_at", "finished_at"))
-    if Step.objects.filter(run_id__in=keys, status="completed").count() != 3 * count:
+    if Step.objects.filter(run_id__in=keys, status="completed").count() != steps * count:
         raise RuntimeError("weft: not every step was recorded")
     finished = max(done for _, done in rows).timestamp()
     return Result(count, finished - began, [(done - created).total_seconds() for created, done in rows])
 
 
-def bench_chain(count: int) -> Result:
+def bench_chain(count: int, steps: int = 3) -> Result:
     import redis
     from celery import chain
     from django.conf import settings
@@ -173,7 +177,8 @@ def bench_chain(count: int) -> Result:
     for i in range(count):
         chain_id = uuid.uuid4().hex
         started[chain_id] = time.time()
-        chain(chain_noop.s(i), chain_noop.s(), chain_done.s(chain_id)).apply_async()
+        noops = [chain_noop.s(i), *(chain_noop.s() for _ in range(steps - 2))]
+        chain(*noops, chain_done.s(chain_id)).apply_async()
     wait_until(lambda: broker.llen("bench:chains-done") == count, 120, "the chains")
     done = {}
     for entry in broker.lrange("bench:chains-done", 0, -1):
@@ -183,7 +188,7 @@ def bench_chain(count: int) -> Result:
 
 
 class Dbos:
-    def __init__(self, server: Server, threads: int) -> None:
+    def __init__(self, server: Server, threads: int, steps: int = 3) -> None:
         from dbos import DBOS, DBOSConfig
 
         server.drop_database(DBOS_DB)
@@ -194,7 +199,7 @@ class Dbos:
 
         @DBOS.workflow(name="bench.three_steps")
         def three_steps(value: int) -> int:
-            for _ in range(3):
+            for _ in range(steps):
                 value = noop(value)
             return value
 
@@ -235,8 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="Celery worker processes (2)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians (3)")
     parser.add_argument("--dbos-threads", type=int, default=8, help="DBOS executor threads (8)")
+    parser.add_argument("--steps", type=int, default=3, help="steps per workflow (3; 2 at least)")
     parser.add_argument("--skip-dbos", action="store_true", help="do not run the DBOS part")
     args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error("--steps: 2 at least (a chain's last task records its end)")
     server = Server.from_env()
     setup(server)
     import tempfile
@@ -246,21 +254,21 @@ def main(argv: list[str] | None = None) -> int:
     dbos = None
     print(
         f"PostgreSQL {server.version()}, Redis broker; {os.cpu_count()} CPUs; celery worker prefork "
-        f"x{args.concurrency}; N={args.workflows} workflows of 3 steps; {args.rounds} round(s); "
+        f"x{args.concurrency}; N={args.workflows} workflows of {args.steps} steps; {args.rounds} round(s); "
         f"logs in {log_dir}",
         flush=True,
     )
     try:
         cluster.wait_ready()
         if not args.skip_dbos:
-            dbos = Dbos(server, args.dbos_threads)
+            dbos = Dbos(server, args.dbos_threads, args.steps)
             dbos.bench(50)
-        bench_weft(50)  # warm-up: every pool process connects and imports
-        bench_chain(50)
+        bench_weft(50, args.steps)  # warm-up: every pool process connects and imports
+        bench_chain(50, args.steps)
         results: dict[str, list[Result]] = {"weft": [], "chain": [], "dbos": []}
         for round_no in range(1, args.rounds + 1):
-            results["weft"].append(bench_weft(args.workflows))
-            results["chain"].append(bench_chain(args.workflows))
+            results["weft"].append(bench_weft(args.workflows, args.steps))
+            results["chain"].append(bench_chain(args.workflows, args.steps))
             if dbos is not None:
                 results["dbos"].append(dbos.bench(args.workflows))
             line = "  ".join(f"{name} {rs[-1].describe()}" for name, rs in results.items() if rs)

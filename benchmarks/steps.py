@@ -391,8 +391,9 @@ class PgBench:
             raise RuntimeError(f"pgbench {' '.join(args)} failed:\n{done.stderr}")
         return done.stdout
 
-    def tps(self, seconds: int) -> float:
-        output = self._run("-N", "-c", "1", "-T", str(seconds))
+    def tps(self, seconds: int, clients: int = 1) -> float:
+        """Transactions per second of ``clients`` connections (each its own pgbench thread)."""
+        output = self._run("-N", "-c", str(clients), "-j", str(clients), "-T", str(seconds))
         match = _TPS.search(output)
         if match is None:
             raise RuntimeError(f"could not find the TPS in pgbench's output:\n{output}")

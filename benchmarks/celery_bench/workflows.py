@@ -17,6 +17,14 @@ def three_steps(ctx: WorkflowContext, value: int) -> int:
     return value
 
 
+@workflow(name="bench.steps")
+def steps(ctx: WorkflowContext, value: int, count: int) -> int:
+    """``count`` inline no-op activities (``celery_throughput.py --steps``)."""
+    for _ in range(count):
+        value = ctx.run(noop, value)
+    return value
+
+
 @workflow(name="bench.signal_loop")
 def signal_loop(ctx: WorkflowContext, count: int) -> int:
     """Consumes ``count`` signals "ping", one wait each."""
