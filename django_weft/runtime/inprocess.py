@@ -45,6 +45,9 @@ class InProcessWorker:
         self._threads_wanted = threads
         self._sweep = sweep
         self._stopping = threading.Event()
+        # Set when a work notice was left to the sweep because every thread had work
+        # waiting: the sweep then runs as soon as the threads have room.
+        self._passed = threading.Event()
         # Leases are renewed until the very end of a shutdown, so draining turns keep them.
         self._heartbeat = Heartbeat(self.engine)
         self._threads: list[threading.Thread] = []
@@ -135,7 +138,21 @@ class InProcessWorker:
                 # Backing off while the database is away: a tick interval, doubled per
                 # failure up to SWEEP_BACKOFF_MAX, so a restart is noticed within seconds.
                 interval = min(interval * 2 ** min(failures - 1, 10), max(interval, SWEEP_BACKOFF_MAX))
-            self._stopping.wait(max(interval - (time.monotonic() - started), 0.0))
+                self._stopping.wait(max(interval - (time.monotonic() - started), 0.0))
+            else:
+                self._rest(started + interval)
+
+    def _rest(self, deadline: float) -> None:
+        """Until the next sweep is due (``deadline``), or until this process has room for
+        runs whose work notices it passed on while it had none."""
+        while not self._stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._passed.wait(left):
+                return
+            self._wait_for_room(deadline)
+            if self.dispatcher.qsize() < self._threads_wanted:
+                self._passed.clear()
+                return
 
     def _wait_for_room(self, deadline: float) -> None:
         """Until fewer runs wait in this process's queue than it has threads (or
@@ -154,6 +171,13 @@ class InProcessWorker:
             try:
                 for run_id, priority, eta in notices.listen(self._stopping.is_set):
                     failures = 0
+                    if eta is None and self.dispatcher.qsize() >= self._threads_wanted:
+                        # Every thread has work waiting. Every worker gets every notice:
+                        # if all of them queued every run, each run would cost a claim
+                        # per worker. A worker with room claims it; failing that, this
+                        # process's sweep finds it once its threads have room (_rest).
+                        self._passed.set()
+                        continue
                     ring_turn(self.dispatcher, run_id, eta=eta, priority=priority)
             except Exception as exc:
                 failures += 1
@@ -168,6 +192,7 @@ class InProcessWorker:
     def stop(self, timeout: float) -> list[str]:
         """Stop taking work, let running turns finish up to ``timeout``, release the rest."""
         self._stopping.set()
+        self._passed.set()  # wakes the sweep thread's rest
         self.dispatcher.wake()
         deadline = time.monotonic() + timeout
         for thread in self._threads:

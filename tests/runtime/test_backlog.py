@@ -10,6 +10,7 @@ import pytest
 
 from django_weft import client
 from django_weft.models import WorkflowRun
+from django_weft.runtime.dispatch import SweepOnlyDispatcher, use_dispatcher
 from django_weft.runtime.inprocess import InProcessWorker
 from django_weft.runtime.sweep import TickReport
 
@@ -38,6 +39,32 @@ def test_a_backlog_of_eight_batches_drains_within_one_tick_interval(settings: An
             if WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs):
                 break
             time.sleep(0.1)
+    finally:
+        worker.stop(timeout=10)
+    assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs)
+
+
+@pytest.mark.postgres
+def test_runs_noticed_while_every_thread_was_busy_are_swept_once_there_is_room(settings: Any) -> None:
+    """A worker whose threads all have work waiting leaves a work notice to its sweep
+    (every worker gets every notice; each claiming every run would cost each run a claim
+    per worker): its sweep runs as soon as the threads have room, not a tick later."""
+    settings.WEFT_TICK_INTERVAL = 30
+    worker = InProcessWorker(threads=1)
+    worker.start()
+    # This test's starts reach the worker by their notices alone, as another process's would.
+    use_dispatcher(SweepOnlyDispatcher())
+    try:
+        time.sleep(0.5)  # the first sweep (nothing to do) and the listening connection
+        busy = client.start("tests.slow_middle", args=["busy"], kwargs={"seconds": 1.0}).run_id
+        time.sleep(0.2)
+        quick = [client.start("tests.echo", args=[index]).run_id for index in range(5)]
+        runs = [busy, *quick]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs):
+                break
+            time.sleep(0.05)
     finally:
         worker.stop(timeout=10)
     assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs)
