@@ -151,10 +151,26 @@ def setup_weft(server: Server, notify: bool) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
+def drain(count: int, steps: int, check: Callable[[], None], timeout: float = 600) -> tuple[list[str], float]:
+    """Start ``count`` runs of ``steps`` inline steps and wait until all have completed;
+    their ids and the time (``time.time()``) just before the first start."""
+    from django_weft import client
+    from django_weft.models import WorkflowRun
+
+    began = time.time()
+    ids = [client.start(WORKFLOW, args=[steps]).run_id for _ in range(count)]
+    wait_for(
+        lambda: WorkflowRun.objects.filter(pk__in=ids, status="completed").count() == count,
+        f"{count} weft runs",
+        timeout,
+        check,
+    )
+    return ids, began
+
+
 def weft_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measure:
     from django.db.models import Max
 
-    from django_weft import client
     from django_weft.models import WorkflowRun
 
     worker = Process(
@@ -164,21 +180,9 @@ def weft_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measur
         {"DJANGO_SETTINGS_MODULE": SETTINGS},
     )
     try:
-
-        def drain(count: int) -> tuple[list[str], float]:
-            began = time.time()
-            ids = [client.start(WORKFLOW, args=[args.steps]).run_id for _ in range(count)]
-            wait_for(
-                lambda: WorkflowRun.objects.filter(pk__in=ids, status="completed").count() == count,
-                f"{count} weft runs",
-                600,
-                worker.check_alive,
-            )
-            return ids, began
-
-        drain(args.warmup)
+        drain(args.warmup, args.steps, worker.check_alive)
         position = wal_position(server)
-        ids, began = drain(args.runs)
+        ids, began = drain(args.runs, args.steps, worker.check_alive)
         wal = wal_since(server, position)
         last = WorkflowRun.objects.filter(pk__in=ids).aggregate(last=Max("finished_at"))["last"]
     finally:

@@ -27,7 +27,6 @@ import argparse
 import sys
 import tempfile
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -38,7 +37,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from end_to_end import SETTINGS, WEFT_DB, WORKFLOW, Process, setup_weft, wait_for  # noqa: E402
+from end_to_end import SETTINGS, WEFT_DB, Process, drain, setup_weft  # noqa: E402
 from steps import PgBench, Server, weft_revision  # noqa: E402
 
 
@@ -86,7 +85,6 @@ def weft_part(
 ) -> tuple[float, WaitSampler]:
     from django.db.models import Max
 
-    from django_weft import client
     from django_weft.models import WorkflowRun
 
     workers = [
@@ -103,21 +101,10 @@ def weft_part(
         for worker in workers:
             worker.check_alive()
 
-    def drain(count: int) -> tuple[list[str], float]:
-        began = time.time()
-        ids = [client.start(WORKFLOW, args=[args.steps]).run_id for _ in range(count)]
-        wait_for(
-            lambda: WorkflowRun.objects.filter(pk__in=ids, status="completed").count() == count,
-            f"{count} runs",
-            1800,
-            alive,
-        )
-        return ids, began
-
     try:
-        drain(args.warmup)
+        drain(args.warmup, args.steps, alive)
         with WaitSampler(server) as sampler:
-            ids, began = drain(args.runs)
+            ids, began = drain(args.runs, args.steps, alive, timeout=1800)
         last = WorkflowRun.objects.filter(pk__in=ids).aggregate(last=Max("finished_at"))["last"]
     finally:
         for worker in workers:

@@ -17,6 +17,15 @@ from django_weft.runtime.sweep import TickReport
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def completed_within(runs: list[str], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while WorkflowRun.objects.filter(pk__in=runs, status="completed").count() < len(runs):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_a_report_that_reached_its_batch_says_more_is_due() -> None:
     assert not TickReport(batch=5, fired=4, dispatched=4).backlog
     assert TickReport(batch=5, dispatched=5).backlog
@@ -34,14 +43,9 @@ def test_a_backlog_of_eight_batches_drains_within_one_tick_interval(settings: An
     worker = InProcessWorker(threads=2)
     worker.start()
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs):
-                break
-            time.sleep(0.1)
+        assert completed_within(runs, 20)
     finally:
         worker.stop(timeout=10)
-    assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs)
 
 
 @pytest.mark.postgres
@@ -59,12 +63,6 @@ def test_runs_noticed_while_every_thread_was_busy_are_swept_once_there_is_room(s
         busy = client.start("tests.slow_middle", args=["busy"], kwargs={"seconds": 1.0}).run_id
         time.sleep(0.2)
         quick = [client.start("tests.echo", args=[index]).run_id for index in range(5)]
-        runs = [busy, *quick]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs):
-                break
-            time.sleep(0.05)
+        assert completed_within([busy, *quick], 10)
     finally:
         worker.stop(timeout=10)
-    assert WorkflowRun.objects.filter(pk__in=runs, status="completed").count() == len(runs)
