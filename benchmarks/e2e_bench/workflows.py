@@ -29,3 +29,17 @@ def signal_loop(ctx: WorkflowContext, count: int) -> int:
     for _ in range(count):
         ctx.wait_signal("ping")
     return count
+
+
+@workflow(name="bench.parked")
+def parked(ctx: WorkflowContext, hours: float) -> int:
+    """Sleeps ``hours``, then one step (``parked.py``: a run parked on a timer)."""
+    ctx.sleep(hours * 3600)
+    return ctx.run(noop, 1)
+
+
+@workflow(name="bench.awaits_signal")
+def awaits_signal(ctx: WorkflowContext) -> int:
+    """Waits for the signal ``go`` (``parked.py``: a run parked on a signal)."""
+    ctx.wait_signal("go")
+    return ctx.run(noop, 1)
