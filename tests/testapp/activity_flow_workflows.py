@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -107,7 +108,8 @@ def fan_out(ctx: Any, label: str, n: int) -> list[str]:
 
 @activity(name="tests.af.twenty", rate_limit=RateLimit("tests.twenty", limit=20, per="1s"))
 def twenty(label: str) -> None:
-    SideEffect.objects.create(key=f"twenty:{label}")
+    """Records its label and the process that ran it."""
+    SideEffect.objects.create(key=f"twenty:{label}:{os.getpid()}")
 
 
 @workflow(name="tests.af.twenty_per_second")
