@@ -96,33 +96,48 @@ def tick(
     store = get_store()
     batch = weft_settings.TICK_BATCH
     report = TickReport(batch=batch)
-    report.fired = len(store.sweep.fire_due_timers(batch))
-    report.schedules = fire_due_schedules(batch)
-    # Children left running by parents that closed without applying their policy (a
-    # process died in between; timed-out parents always come this way).
-    report.closed_children = store.sweep.close_orphaned_children(batch)
-    store.sweep.wake_waiting_parents(batch)
-    finalizers = (
-        store.finalizers.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER, workflows)
-        if delivers(dispatcher)
-        else []
+    deliver = delivers(dispatcher)
+    workflow_limits = registry.concurrency_limits()
+    activity_limits = registry.activity_concurrency_limits()
+    # One read says which parts have work; an idle sweep ends with it (and the chores below).
+    work = store.probe.pending(
+        grace=weft_settings.TAKEOVER_GRACE,
+        workflows=workflows,
+        workflow_limits=workflow_limits,
+        activity_limits=activity_limits,
+        dispatch=deliver,
     )
-    for run_id, attempt in finalizers:
-        dispatch_finalizer(run_id, attempt, dispatcher)
-    report.finalizers = len(finalizers)
+    if work.timers:
+        report.fired = len(store.sweep.fire_due_timers(batch))
+    if work.schedules_due or work.schedules_buffered:
+        report.schedules = fire_due_schedules(batch, pending=(work.schedules_due, work.schedules_buffered))
+    # Children left running by parents that closed without applying their policy (a
+    # process died in between; timed-out parents always come this way, in this sweep when
+    # their deadline fired in it).
+    if work.orphans or work.timers:
+        report.closed_children = store.sweep.close_orphaned_children(batch)
+    parents = store.sweep.wake_waiting_parents(batch) if work.parents else []
+    if work.finalizers:
+        finalizers = store.finalizers.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER, workflows)
+        for run_id, attempt in finalizers:
+            dispatch_finalizer(run_id, attempt, dispatcher)
+        report.finalizers = len(finalizers)
     # Concurrency slots freed without the run's ending handing them on (a cancel, a
     # timeout, a process that died in between): the queued runs they let in are runnable
     # now, and dispatched below.
-    report.admitted = len(store.flow.admit_waiting(registry.concurrency_limits(), batch))
+    if work.admissions:
+        report.admitted = len(store.flow.admit_waiting(workflow_limits, batch))
     # Activity slots freed without their release (a worker died: the slot's lease ran
     # out): the attempts queued first get them, and their runs are woken.
-    woken = store.activity_flow.hand_on_waiting(
-        registry.activity_concurrency_limits(), weft_settings.LEASE_TTL, batch
-    )
-    for run_id in woken:
-        ring_turn(dispatcher, run_id)
-    report.handed_on = len(woken)
-    if delivers(dispatcher):
+    if work.hand_ons:
+        woken = store.activity_flow.hand_on_waiting(activity_limits, weft_settings.LEASE_TTL, batch)
+        for run_id in woken:
+            ring_turn(dispatcher, run_id)
+        report.handed_on = len(woken)
+    # Parts above make runs runnable (timers, schedules, admissions, woken parents): the
+    # dispatch reads whenever one of them did something, as well as when the probe saw work.
+    made_runnable = report.fired or report.schedules or report.admitted or parents
+    if deliver and (work.dispatch or made_runnable):
         runnable, expired, priorities = store.sweep.claim_dispatch_batch(
             batch,
             weft_settings.REDISPATCH_AFTER if redispatch_after is None else redispatch_after,
@@ -137,7 +152,8 @@ def tick(
         report.dispatched = len(ids)
         report.run_ids = ids
         report.taken_over = expired
-    report.bulk = process_bulk_jobs(batch)
+    if work.bulk:
+        report.bulk = process_bulk_jobs(batch)
     if time.monotonic() - _last_purge[0] > PURGE_EVERY:
         _last_purge[0] = time.monotonic()
         report.purged = purge_expired(batch=batch, max_batches=PURGE_MAX_BATCHES).purged_total

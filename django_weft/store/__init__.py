@@ -15,6 +15,7 @@ clock, the run rows, the statements written by hand, signals sent on commit):
 - ``finalizers`` (:class:`~.finalizers.Finalizers`): a closed run's finalizer attempts;
 - ``resets`` (:class:`~.resets.Resets`): reset to a position of the history;
 - ``sweep`` (:class:`~.sweep.Sweep`): due timers, undispatched runs, orphaned children;
+- ``probe`` (:class:`~.probe.SweepProbe`): which parts of a sweep have work, in one read;
 - ``schedules`` (:class:`~.schedules.ScheduleRows`): schedule rows;
 - ``bulk_jobs`` (:class:`~.bulk.BulkJobRows`): bulk job rows;
 - ``retention`` (:class:`~.retention.Retention`): deleting runs past their retention;
@@ -42,6 +43,7 @@ from .finalizers import Finalizers
 from .flow import Admitted, FlowControl
 from .intake import Intake
 from .notices import WorkNotices
+from .probe import SweepProbe, SweepWork
 from .resets import Resets
 from .retention import PurgedBatch, Retention, RetentionScan
 from .schedules import ScheduleRows
@@ -85,6 +87,9 @@ class DjangoStore:
         self.sweep = Sweep(sql, waking, self.attempts, self.transitions, children)
         self.schedules = ScheduleRows(sql)
         self.bulk_jobs = BulkJobRows(sql)
+        self.probe = SweepProbe(
+            sql, self.sweep, self.schedules, self.finalizers, self.flow, self.activity_flow, self.bulk_jobs
+        )
         self.retention = Retention(sql)
         self.workers = WorkerRows(sql)
 
@@ -121,6 +126,8 @@ __all__ = [
     "StartedAttempt",
     "StoreSql",
     "Sweep",
+    "SweepProbe",
+    "SweepWork",
     "Transition",
     "TurnMessages",
     "Waking",

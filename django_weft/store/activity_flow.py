@@ -325,6 +325,10 @@ class ActivityFlow:
                     woken.append(str(run_pk))
         return woken
 
+    def waiting(self, limits: Mapping[str, Concurrency]) -> Any:
+        """The attempts of the activities in ``limits`` queued for a slot, unlocked."""
+        return self._slots().filter(state=WAITING, activity__in=sorted(limits))
+
     def hand_on_waiting(self, limits: Mapping[str, Concurrency], ttl: float, batch: int) -> list[str]:
         """The sweep's backstop: for every group with queued attempts (of the activities
         in ``limits``) and a free slot, hand the free slots on. A slot freed without its
@@ -332,12 +336,7 @@ class ActivityFlow:
         on here within a tick. Returns the woken runs."""
         if not limits:
             return []
-        groups = list(
-            self._slots()
-            .filter(state=WAITING, activity__in=sorted(limits))
-            .values_list("activity", "key")
-            .distinct()[:batch]
-        )
+        groups = list(self.waiting(limits).values_list("activity", "key").distinct()[:batch])
         if not groups:
             return []
         now = self.sql.db_now()

@@ -45,7 +45,11 @@ class BulkJobRows:
     def bulk_jobs_open(self) -> bool:
         """Whether any job is pending or running: one read on a partial index, no lock and
         no transaction, so a tick with no job stops here."""
-        return bool(self._bulk_jobs().filter(status__in=OPEN).exists())
+        return bool(self.open_jobs().exists())
+
+    def open_jobs(self) -> Any:
+        """The jobs pending or running, unlocked."""
+        return self._bulk_jobs().filter(status__in=OPEN)
 
     def claim_bulk_job(self, lease: timedelta) -> BulkJob | None:
         """Take the oldest open job that no other process holds, for ``lease``: its status

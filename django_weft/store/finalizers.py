@@ -58,6 +58,17 @@ class Finalizers:
         )
         return finalizer
 
+    def _timers(self, workflows: Collection[str] | None) -> Any:
+        timers = Timer.objects.using(self.sql.alias).filter(kind=TimerKind.FINALIZER)
+        if workflows is not None:
+            timers = timers.filter(run__workflow_name__in=sorted(workflows))
+        return timers
+
+    def due_finalizers(self, now: Any, workflows: Collection[str] | None = None) -> Any:
+        """The finalizer timers due at ``now`` (a time or the SQL clock), of runs of
+        ``workflows`` if given, unlocked."""
+        return self._timers(workflows).due(now)
+
     def claim_due_finalizers(
         self, batch: int, resend_after: float, workflows: Collection[str] | None = None
     ) -> list[tuple[str, int]]:
@@ -68,9 +79,7 @@ class Finalizers:
 
         With ``workflows`` (a worker's own sweep), only finalizers of runs of those
         workflows: a worker without a workflow's code would find no finalizer to run."""
-        timers = Timer.objects.using(self.sql.alias).filter(kind=TimerKind.FINALIZER)
-        if workflows is not None:
-            timers = timers.filter(run__workflow_name__in=sorted(workflows))
+        timers = self._timers(workflows)
         due: list[tuple[str, int]] = []
         with transaction.atomic(using=self.sql.alias):
             now = self.sql.db_now()

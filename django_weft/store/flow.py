@@ -262,6 +262,15 @@ class FlowControl:
         )
         return [] if key is None else self.admit_group(workflow, key, limit)
 
+    def queued(self, limits: Mapping[str, Concurrency]) -> Any:
+        """The runs of the workflows in ``limits`` queued for a slot, unlocked."""
+        return self.sql.runs().filter(
+            slot=QUEUED,
+            status=RunStatus.PENDING,
+            workflow_name__in=sorted(limits),
+            concurrency_key__isnull=False,
+        )
+
     def admit_waiting(self, limits: Mapping[str, Concurrency], batch: int) -> list[Admitted]:
         """The sweep's backstop: for every group with queued runs (of the workflows in
         ``limits``) and a free slot, let them in. A slot freed by a run that ended without
@@ -269,13 +278,7 @@ class FlowControl:
         a crash in between) is handed on here within a tick."""
         if not limits:
             return []
-        groups = set(
-            self.sql.runs()
-            .filter(slot=QUEUED, status=RunStatus.PENDING, workflow_name__in=sorted(limits))
-            .filter(concurrency_key__isnull=False)
-            .values_list("workflow_name", "concurrency_key")
-            .distinct()[:batch]
-        )
+        groups = set(self.queued(limits).values_list("workflow_name", "concurrency_key").distinct()[:batch])
         if not groups:
             return []
         names = sorted({name for name, _ in groups})

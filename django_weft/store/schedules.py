@@ -84,34 +84,31 @@ class ScheduleRows:
         """``(any schedule due, any schedule holding buffered fires)``: one statement, no
         lock, no transaction, on the two partial indexes; a tick with nothing to do
         stops here."""
-        table = Schedule._meta.db_table
-        now = "now()" if self.sql.clock_in_sql else "%s"
-        sql = (
-            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND next_fire_at <= {now}), "
-            f"EXISTS (SELECT 1 FROM {table} WHERE NOT paused AND buffered_count > 0)"
-        )
-        params = [] if self.sql.clock_in_sql else [self.sql.dt(self.sql.local_now())]
-        with self.sql.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            due, buffered = cursor.fetchone()
-        return bool(due), bool(buffered)
+        now = self.sql.now_expression()
+        due, buffered = self.sql.exist([self.due_schedules(now), self.buffered_schedules()])
+        return due, buffered
+
+    def due_schedules(self, now: Any) -> Any:
+        """The schedules due at ``now`` (a time or the SQL clock), unlocked."""
+        return self._schedules().filter(paused=False, next_fire_at__isnull=False, next_fire_at__lte=now)
+
+    def buffered_schedules(self) -> Any:
+        """The schedules holding buffered fires, unlocked."""
+        return self._schedules().filter(buffered_count__gt=0, paused=False)
 
     def claim_due_schedules(self, now: datetime, batch: int) -> list[Schedule]:
         """Lock up to ``batch`` schedules due at ``now`` (oldest first), skipping those
         another ticker holds. In the caller's transaction."""
         return list(
-            self._schedules()
-            .filter(paused=False, next_fire_at__isnull=False, next_fire_at__lte=now)
-            .order_by("next_fire_at")
-            .select_for_update(skip_locked=True)[:batch]
+            self.due_schedules(now).order_by("next_fire_at").select_for_update(skip_locked=True)[:batch]
         )
 
     def claim_buffered_schedules(self, after: str, batch: int) -> list[Schedule]:
         """Lock up to ``batch`` schedules holding buffered fires, ids after ``after``
         (keyset order, so a pass over them ends), skipping those another ticker holds."""
         return list(
-            self._schedules()
-            .filter(buffered_count__gt=0, paused=False, pk__gt=after)
+            self.buffered_schedules()
+            .filter(pk__gt=after)
             .order_by("pk")
             .select_for_update(skip_locked=True)[:batch]
         )

@@ -175,6 +175,24 @@ class StoreSql:
         virtual = clock.installed()
         return Now() if virtual is None else virtual.now()
 
+    def now_expression(self) -> Any:
+        """The time a read compares with, taken inside its statement: ``Now()`` on
+        PostgreSQL (no round trip for ``now()``), else the time :meth:`db_now` gives."""
+        return Now() if self.clock_in_sql else self.local_now()
+
+    def exist(self, querysets: Sequence[Any]) -> list[bool]:
+        """Whether each of ``querysets`` has a row, all in one statement (``SELECT EXISTS
+        (...), EXISTS (...)``), with no lock and no transaction."""
+        parts: list[str] = []
+        params: list[Any] = []
+        for queryset in querysets:
+            text, more = queryset.query.exists().get_compiler(using=self.alias).as_sql()
+            parts.append(f"EXISTS ({text})")
+            params.extend(more)
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(parts), params)
+            return [bool(value) for value in cursor.fetchone()]
+
     def insert_then(self, instance: Model, then: str, params: Sequence[Any]) -> None:
         """INSERT ``instance`` (a new row, as ``save()`` would write it) and run ``then``, a
         SELECT that may read the CTE ``inserted`` (one row per inserted row), in one

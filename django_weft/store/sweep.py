@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection
 from datetime import timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Value
@@ -68,9 +68,8 @@ class Sweep:
             now = self.sql.db_now()
             # Find candidates without locks, then lock run rows before timer rows: the
             # same order as park and claim, so the sweep never deadlocks with a turn.
-            # Finalizer timers are the finalizers' (claim_due_finalizers): their runs are finished.
-            due_timers = timers.due(now).exclude(kind=TimerKind.FINALIZER)
-            candidates = set(due_timers.order_by("fire_at").values_list("run_id", flat=True)[:batch])
+            due_timers = self.due_timers(now).order_by("fire_at")
+            candidates = set(due_timers.values_list("run_id", flat=True)[:batch])
             if not candidates:
                 return []
             locked_runs = list(
@@ -80,9 +79,8 @@ class Sweep:
                 .values_list("pk", flat=True)
             )
             due = list(
-                timers.filter(run_id__in=locked_runs)
-                .due(now)
-                .exclude(kind=TimerKind.FINALIZER)
+                self.due_timers(now)
+                .filter(run_id__in=locked_runs)
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "run_id", "seq", "kind", "fire_at")
             )
@@ -121,26 +119,30 @@ class Sweep:
                     woken.append(parent)
         return [str(run) for run in woken]
 
+    def due_timers(self, now: Any) -> Any:
+        """The timers due at ``now`` (a time or the SQL clock) that the sweep fires,
+        unlocked. Finalizer timers are the finalizers' (``claim_due_finalizers``)."""
+        return Timer.objects.using(self.sql.alias).due(now).exclude(kind=TimerKind.FINALIZER)
+
+    def waiting_parents(self) -> Any:
+        """Parents still waiting on a child position whose child has finished, unlocked."""
+        finished = sorted(TERMINAL_STATUSES - {RunStatus.CONTINUED})
+        return self.sql.runs().filter(
+            status=RunStatus.WAITING,
+            children__status__in=finished,
+            # A child that was reset is not the child the parent waits for: its
+            # replacement is (child_outcome reads the newest run at that position).
+            children__reset_to__isnull=True,
+            steps__kind=StepKind.CHILD,
+            steps__status=StepStatus.WAITING,
+            steps__seq=F("children__parent_seq"),
+        )
+
     def wake_waiting_parents(self, batch: int) -> list[str]:
         """The sweep's backstop for child completions whose parent was not woken in the
         same transaction (a timed-out child's parent is woken after the sweep's batch):
         a parent still waiting while a child it has not recorded yet has finished."""
-        finished = sorted(TERMINAL_STATUSES - {RunStatus.CONTINUED})
-        candidates = list(
-            self.sql.runs()
-            .filter(
-                status=RunStatus.WAITING,
-                children__status__in=finished,
-                # A child that was reset is not the child the parent waits for: its
-                # replacement is (child_outcome reads the newest run at that position).
-                children__reset_to__isnull=True,
-                steps__kind=StepKind.CHILD,
-                steps__status=StepStatus.WAITING,
-                steps__seq=F("children__parent_seq"),
-            )
-            .values_list("pk", flat=True)
-            .distinct()[:batch]
-        )
+        candidates = list(self.waiting_parents().values_list("pk", flat=True).distinct()[:batch])
         woken = []
         for parent in candidates:
             with transaction.atomic(using=self.sql.alias):
@@ -234,6 +236,15 @@ class Sweep:
             if value in TERMINAL_STATUSES
         }
 
+    def runnable_runs(self, workflows: Collection[str] | None = None) -> Any:
+        """Runs a worker may claim now (of ``workflows`` if given), unlocked."""
+        return self.sql.runs().runnable().filter(_of(workflows))
+
+    def expired_runs(self, now: Any, grace: float, workflows: Collection[str] | None = None) -> Any:
+        """Owned runs whose lease expired ``grace`` seconds before ``now`` (of
+        ``workflows`` if given), unlocked."""
+        return self.sql.runs().expired_leases(now, grace).filter(_of(workflows))
+
     def claim_dispatch_batch(
         self, batch: int, redispatch_after: float, grace: float, workflows: Collection[str] | None = None
     ) -> DispatchBatch:
@@ -251,7 +262,6 @@ class Sweep:
         With ``workflows`` (a sweep feeding its own worker's threads), only runs of those
         workflow names: a worker does not mark dispatched, to itself, runs it cannot
         claim, which would hold them back from the workers that can."""
-        of_known = Q(workflow_name__in=sorted(workflows)) if workflows is not None else Q()
         with transaction.atomic(using=self.sql.alias):
             now = self.sql.db_now()
             recently = now - timedelta(seconds=redispatch_after)
@@ -268,10 +278,9 @@ class Sweep:
                 return ExpressionWrapper(F("dispatched_at") - F(waiting_since), output_field=DurationField())
 
             runnable = list(
-                self.sql.runs()
-                .runnable()
+                self.runnable_runs(workflows)
                 .alias(waited=waited("ready_at"))
-                .filter(due("ready_at"), of_known)
+                .filter(due("ready_at"))
                 .select_for_update(skip_locked=True)
                 # created_at breaks ties: SQLite's now() has millisecond steps, so runs
                 # started together share a ready_at, and would leave in any order.
@@ -279,10 +288,9 @@ class Sweep:
                 .values_list("pk", "priority")[:batch]
             )
             expired = list(
-                self.sql.runs()
-                .expired_leases(now, grace)
+                self.expired_runs(now, grace, workflows)
                 .alias(waited=waited("lease_expires_at"))
-                .filter(due("lease_expires_at"), of_known)
+                .filter(due("lease_expires_at"))
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "priority")[: max(batch - len(runnable), 0)]
             )
@@ -295,11 +303,9 @@ class Sweep:
             {str(run): priority for run, priority in runnable + expired if priority},
         )
 
-    def close_orphaned_children(self, batch: int) -> list[str]:
-        """The sweep's backstop for :meth:`Children.close_children` (a process that closed a parent
-        and died before its children were handled): live children of finished parents
-        whose policy is not "abandon"."""
-        orphans = list(
+    def orphans(self) -> Any:
+        """Live children of finished parents whose policy is not "abandon", unlocked."""
+        return (
             self.sql.runs()
             .filter(parent__isnull=False, status__in=list(ACTIVE_STATUSES))
             .filter(parent__status__in=sorted(TERMINAL_STATUSES))
@@ -310,10 +316,18 @@ class Sweep:
                 | Q(cancel_request__isnull=True)
                 | ~Q(cancel_request__has_key="from_parent")
             )
-            .values_list("parent_id", flat=True)
-            .distinct()[:batch]
         )
+
+    def close_orphaned_children(self, batch: int) -> list[str]:
+        """The sweep's backstop for :meth:`Children.close_children` (a process that closed a parent
+        and died before its children were handled): live children of finished parents
+        whose policy is not "abandon"."""
+        orphans = list(self.orphans().values_list("parent_id", flat=True).distinct()[:batch])
         cancelled: list[str] = []
         for parent in orphans:
             cancelled += self.children.close_children(str(parent), f"its parent run {parent} closed")
         return cancelled
+
+
+def _of(workflows: Collection[str] | None) -> Q:
+    return Q(workflow_name__in=sorted(workflows)) if workflows is not None else Q()

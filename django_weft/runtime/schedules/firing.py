@@ -105,14 +105,17 @@ def _limited(times: Iterable[datetime], limit: int) -> Iterable[datetime]:
         yield moment
 
 
-def fire_due_schedules(batch: int) -> int:
+def fire_due_schedules(batch: int, pending: tuple[bool, bool] | None = None) -> int:
     """Fire the schedules due now, ``batch`` per transaction, until none is due, then
     start the buffered fires whose blocking run has finished (one pass); returns how
     many schedules were handled. Several processes may call it at once: each schedule
-    is locked (``SKIP LOCKED``) by one of them."""
+    is locked (``SKIP LOCKED``) by one of them.
+
+    ``pending`` is ``(any due, any buffered)`` when the caller has read it already (the
+    sweep's probe); otherwise it is read first."""
     store = get_store()
     handled = 0
-    any_due, any_buffered = store.schedules.schedule_work_pending()
+    any_due, any_buffered = pending if pending is not None else store.schedules.schedule_work_pending()
     while any_due:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
