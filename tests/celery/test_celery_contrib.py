@@ -123,8 +123,8 @@ def _delivered_in_order(url: str, queue: Any, count: int, **transport_options: o
         # Publishing does not wait for the broker to queue the message: consuming before
         # all of them are queued would see them in the order they arrived instead.
         deadline = time.monotonic() + 10
-        while queue(conn.channel()).queue_declare(passive=True).message_count < count:
-            assert time.monotonic() < deadline, "the turns did not all reach the broker's queue"
+        while (queued := queue(conn.channel()).queue_declare(passive=True).message_count) < count:
+            assert time.monotonic() < deadline, f"{queued} of the {count} turns reached the broker's queue"
             time.sleep(0.05)
 
     def received(body: Any, message: Any) -> None:
@@ -144,7 +144,9 @@ def _delivered_in_order(url: str, queue: Any, count: int, **transport_options: o
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
-def test_turns_reach_a_real_broker_with_their_priority_and_leave_it_in_that_order(broker: str) -> None:
+def test_turns_reach_a_real_broker_with_their_priority_and_leave_it_in_that_order(
+    broker: str, caplog: pytest.LogCaptureFixture
+) -> None:
     from kombu import Queue
 
     name = f"weft-priority-{uuid.uuid4().hex[:8]}"
@@ -171,9 +173,15 @@ def test_turns_reach_a_real_broker_with_their_priority_and_leave_it_in_that_orde
     ids = {priority: str(uuid.uuid4()) for priority in sent}
     current_app.amqp.queues.add(queue)  # as a project's task_queues would declare it
     try:
-        with _broker(url, **options), override_settings(WEFT_CELERY_QUEUE=name):
+        with (
+            _broker(url, **options),
+            override_settings(WEFT_CELERY_QUEUE=name),
+            caplog.at_level("DEBUG", logger="django_weft.celery"),
+        ):
             for priority in sent:
                 CeleryDispatcher().dispatch_turn(ids[priority], priority=priority)
+        published = [record.getMessage() for record in caplog.records if record.name == "django_weft.celery"]
+        assert len([line for line in published if line.startswith("sent ")]) == len(sent), published
         got = _delivered_in_order(url, queue, len(sent), **options)
     finally:
         current_app.amqp.queues.pop(name, None)
