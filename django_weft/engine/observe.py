@@ -261,11 +261,19 @@ class Observer:
         record); ``carrier`` is the trace context its sender stored with it."""
 
     def timer_fired(
-        self, *, run_id: str, seq: int, kind: str, fire_at: datetime | None, fired_at: datetime
+        self,
+        *,
+        run_id: str,
+        seq: int,
+        kind: str,
+        fire_at: datetime | None,
+        fired_at: datetime,
+        carrier: Carrier | None = None,
     ) -> None:
         """The sweep fired a durable timer (a sleep, a retry, a deadline, an activity's lease,
-        a delayed start): ``kind`` is its ``TimerKind``. Timers a claim fires on its own
-        are reported by that turn's ``schedule_to_start``."""
+        a delayed start): ``kind`` is its ``TimerKind``, ``carrier`` the trace context its
+        run's start stored. Timers a claim fires on its own are reported by that turn's
+        ``schedule_to_start``."""
 
     def schedule_fired(self, *, schedule_id: str, workflow: str, outcome: str, run_id: str | None) -> None:
         """A schedule fired (by the tick, a trigger, a backfill, or a buffered fire let go):
@@ -485,10 +493,26 @@ def schedule_to_start(
         _call("schedule_to_start", kind=kind, delay=delay, workflow=workflow, activity=activity)
 
 
-def timer_fired(*, run_id: str, seq: int, kind: str, fire_at: datetime | None, fired_at: datetime) -> None:
+def timer_fired(
+    *,
+    run_id: str,
+    seq: int,
+    kind: str,
+    fire_at: datetime | None,
+    fired_at: datetime,
+    carrier: Carrier | None = None,
+) -> None:
     """See :meth:`Observer.timer_fired`."""
     if _observers:
-        _call("timer_fired", run_id=run_id, seq=seq, kind=kind, fire_at=fire_at, fired_at=fired_at)
+        _call(
+            "timer_fired",
+            run_id=run_id,
+            seq=seq,
+            kind=kind,
+            fire_at=fire_at,
+            fired_at=fired_at,
+            carrier=carrier,
+        )
 
 
 def schedule_fired(*, schedule_id: str, workflow: str, outcome: str, run_id: str | None = None) -> None:

@@ -416,13 +416,16 @@ def _held_key(store: DjangoStore, spec: _StartSpec) -> WorkflowRun | None:
     return None
 
 
-def _create_run(store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID) -> WorkflowRun:
+def _create_run(
+    store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID, carrier: observe.Carrier | None = None
+) -> WorkflowRun:
     """Have the store insert the run (and its timers), or a debounced start's pending run;
-    ring its doorbell on commit. Runs inside the caller's transaction."""
+    ring its doorbell on commit. Runs inside the caller's transaction. ``carrier`` is the
+    trace context the run stores (by default, the observers' current one)."""
     dispatched = delivers(get_dispatcher())
     debounce = spec.definition.debounce
     starts_at: datetime | None
-    carrier = observe.start_carrier()
+    carrier = carrier or observe.start_carrier()
     if debounce is not None:
         # A burst's run is a delayed start: it takes a concurrency slot when it is due.
         # The doorbell rings at the time the burst's first start sets; a later start that
@@ -520,15 +523,22 @@ def signal_with_start(
     )
     with observe.starting(str(workflow)) as seen:
         spec = _prepare_start(workflow, args, kwargs, options)
-        name = _message_name(signal, "signal")
-        key = _message_key(signal_id, "signal_id") if signal_id is not None else None
-        value = _encode_payload(payload, f"the payload of signal {name}")
-        store = get_store()
-        dispatched = delivers(get_dispatcher())
-        with store.flow.deciding_start() if spec.under_flow_lock else contextlib.nullcontext():
-            outcome = _atomic_retrying_id_conflicts(
-                store, lambda: _signal_or_start(store, spec, id, name, value, key, dispatched)
-            )
+        run_carrier = observe.start_carrier()  # the start's, not the signal's below
+        # The signal as the observers see any signal (its span a child of the start's):
+        # the turn that consumes it links to it.
+        with observe.message_received("signal", str(signal), id) as sent:
+            name = _message_name(signal, "signal")
+            key = _message_key(signal_id, "signal_id") if signal_id is not None else None
+            value = _encode_payload(payload, f"the payload of signal {name}")
+            store = get_store()
+            dispatched = delivers(get_dispatcher())
+            with store.flow.deciding_start() if spec.under_flow_lock else contextlib.nullcontext():
+                outcome = _atomic_retrying_id_conflicts(
+                    store,
+                    lambda: _signal_or_start(store, spec, id, name, value, key, dispatched, run_carrier),
+                )
+            sent.run_id, sent.workflow = outcome.run_id, spec.definition.name
+            sent.outcome = "duplicate" if outcome.signal.duplicate else "stored"
         logger.info(
             "run %s (%s): signal %s %s", outcome.run_id, outcome.workflow_id, name,
             "with a new run" if outcome.created else "received",
@@ -546,6 +556,7 @@ def _signal_or_start(
     value: Any,
     key: str | None,
     dispatched: bool,
+    run_carrier: observe.Carrier | None,
 ) -> SignalWithStartResult:
     _lock_debounce_key(store, spec)
     # The advisory lock of starts by id serialises concurrent signal_with_starts.
@@ -568,7 +579,7 @@ def _signal_or_start(
         run = _held_key(store, spec) if joined is None else get_run(joined.run_id)
         created = run is None
         if run is None:
-            run = _create_run(store, spec, uuid.uuid4())
+            run = _create_run(store, spec, uuid.uuid4(), run_carrier)
         stored, duplicate, woken = store.intake.deliver_signal(
             run.pk, name, value, key, dispatched=dispatched, trace_context=observe.start_carrier()
         )

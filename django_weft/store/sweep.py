@@ -72,15 +72,16 @@ class Sweep:
             candidates = set(due_timers.values_list("run_id", flat=True)[:batch])
             if not candidates:
                 return []
-            locked_runs = list(
+            # With each run, the trace context its start stored (the timer's span joins its trace).
+            locked_runs = dict(
                 self.sql.runs()
                 .filter(pk__in=candidates)
                 .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)
+                .values_list("pk", "trace_context")
             )
             due = list(
                 self.due_timers(now)
-                .filter(run_id__in=locked_runs)
+                .filter(run_id__in=list(locked_runs))
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "run_id", "seq", "kind", "fire_at")
             )
@@ -112,7 +113,14 @@ class Sweep:
                 .values_list("parent_id", flat=True)
             )
         for _, run, seq, kind, fire_at in due:
-            observe.timer_fired(run_id=str(run), seq=seq, kind=kind, fire_at=fire_at, fired_at=now)
+            observe.timer_fired(
+                run_id=str(run),
+                seq=seq,
+                kind=kind,
+                fire_at=fire_at,
+                fired_at=now,
+                carrier=locked_runs.get(run),
+            )
         for parent in parents:
             with transaction.atomic(using=self.sql.alias):
                 if self.waking.wake_parent(parent):

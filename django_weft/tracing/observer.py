@@ -241,11 +241,20 @@ class TracingObserver(Observer):
     # -- the sweep --------------------------------------------------------------------------
 
     def timer_fired(
-        self, *, run_id: str, seq: int, kind: str, fire_at: datetime | None, fired_at: datetime
+        self,
+        *,
+        run_id: str,
+        seq: int,
+        kind: str,
+        fire_at: datetime | None,
+        fired_at: datetime,
+        carrier: Carrier | None = None,
     ) -> None:
         # From when it was due to when it fired: the span's length is the sweep's lateness.
+        # A child of the run's start, like its turns (the trace of the code that started it).
         span = self.tracer.start_span(
             "weft.timer",
+            context=context_of(carrier),
             start_time=_ns(fire_at if fire_at is not None and fire_at <= fired_at else fired_at),
             attributes={RUN_ID: run_id, SEQ: seq, TIMER_KIND: kind},
         )

@@ -47,8 +47,27 @@ def test_the_turn_applying_an_update_links_to_its_sender(spans: InMemorySpanExpo
     assert sent["trace_id"] != turns[1]["trace_id"]  # linked, not a parent: two traces
 
 
-def test_a_timer_fired_by_the_sweep_is_a_span_from_its_due_time(spans: InMemorySpanExporter) -> None:
-    handle = client.start("tests.traced", args=["tm"], kwargs={"sleep": 0.05})
+def test_signal_with_start_reports_its_signal_under_its_start(spans: InMemorySpanExporter) -> None:
+    with trace.get_tracer("tests").start_as_current_span("request"):
+        handle = client.signal_with_start(
+            "tests.m.collect", args=["x", 1], id="sws-traced", signal="x", payload=1
+        )
+    (start,) = records(spans, "weft.start ")
+    (sent,) = records(spans, "weft.signal ")
+    assert sent["name"] == "weft.signal x" and sent["parent_id"] == start["span_id"]
+    assert sent["attributes"]["weft.run_id"] == handle.run_id
+    assert sent["attributes"]["weft.outcome"] == "stored"
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
+    (turn,) = records(spans, "weft.turn ")
+    assert turn["parent_id"] == start["span_id"]
+    assert turn["links"] == [sent["span_id"]]  # the turn that consumed it links to its sender
+
+
+def test_a_timer_fired_by_the_sweep_is_a_span_from_its_due_time_in_its_runs_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    with trace.get_tracer("tests").start_as_current_span("request"):
+        handle = client.start("tests.traced", args=["tm"], kwargs={"sleep": 0.05})
     assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
     time.sleep(0.1)
     tick(SweepOnlyDispatcher())
@@ -56,6 +75,9 @@ def test_a_timer_fired_by_the_sweep_is_a_span_from_its_due_time(spans: InMemoryS
     assert timer["attributes"]["weft.run_id"] == handle.run_id
     assert timer["attributes"]["weft.timer.kind"] == "sleep"
     assert timer["attributes"]["weft.seq"] == 2
+    # In the run's trace: a child of its start, as the turns are (the sweep's thread has no span).
+    (start,) = records(spans, "weft.start ")
+    assert (timer["trace_id"], timer["parent_id"]) == (start["trace_id"], start["span_id"])
 
 
 def test_a_schedule_fire_is_a_span_and_its_run_starts_under_it(spans: InMemorySpanExporter) -> None:
