@@ -61,12 +61,14 @@ QUEUE = "bench"
 
 @dataclass(frozen=True)
 class Measure:
-    """``runs`` runs of ``steps`` steps each, drained in ``seconds``, writing ``wal`` bytes."""
+    """``runs`` runs of ``steps`` steps each, drained in ``seconds``, writing ``wal`` bytes,
+    the server's processes using ``cpu`` seconds meanwhile (``None``: not measurable)."""
 
     runs: int
     steps: int
     seconds: float
     wal: int
+    cpu: float | None = None
 
     @property
     def per_second(self) -> float:
@@ -79,6 +81,16 @@ class Measure:
     @property
     def wal_per_run(self) -> float:
         return self.wal / self.runs
+
+    @property
+    def cpu_per_step(self) -> float | None:
+        """The server's CPU µs per step (its share of the runs' fixed cost included)."""
+        return None if self.cpu is None else 1e6 * self.cpu / (self.runs * self.steps)
+
+
+def cpu_since(server: Server, before: float | None) -> float | None:
+    after = server.cpu_seconds()
+    return None if before is None or after is None else after - before
 
 
 def wal_position(server: Server) -> str:
@@ -181,13 +193,14 @@ def weft_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measur
     )
     try:
         drain(args.warmup, args.steps, worker.check_alive)
-        position = wal_position(server)
+        position, cpu = wal_position(server), server.cpu_seconds()
         ids, began = drain(args.runs, args.steps, worker.check_alive)
+        used = cpu_since(server, cpu)
         wal = wal_since(server, position)
         last = WorkflowRun.objects.filter(pk__in=ids).aggregate(last=Max("finished_at"))["last"]
     finally:
         worker.stop()
-    return Measure(args.runs, args.steps, last.timestamp() - began, wal)
+    return Measure(args.runs, args.steps, last.timestamp() - began, wal, used)
 
 
 # -- DBOS Transact ---------------------------------------------------------------------
@@ -250,8 +263,9 @@ def dbos_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measur
             return ids, began
 
         drain(args.warmup)
-        position = wal_position(server)
+        position, cpu = wal_position(server), server.cpu_seconds()
         ids, began = drain(args.runs)
+        used = cpu_since(server, cpu)
         wal = wal_since(server, position)
         with psycopg.connect(url) as conn:
             row = conn.execute(
@@ -267,7 +281,7 @@ def dbos_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measur
         if dbos_client is not None:
             dbos_client.destroy()
         worker.stop()
-    return Measure(args.runs, args.steps, last_ms / 1000 - began, wal)
+    return Measure(args.runs, args.steps, last_ms / 1000 - began, wal, used)
 
 
 # -- main ------------------------------------------------------------------------------
@@ -314,18 +328,27 @@ def main(argv: list[str] | None = None) -> None:
     weft: list[Measure] = []
     dbos: list[Measure] = []
     tps: list[float] = []
+    pgbench_cpu: list[float | None] = []
     for number in range(1, args.rounds + 1):
         weft.append(weft_part(server, args, log_dir))
         done = weft[-1]
-        line = f"round {number}: weft {done.per_second:.0f} steps/s ({done.wal_per_step:.0f} B WAL/step)"
+        line = f"round {number}: weft {done.per_second:.0f} steps/s ({done.wal_per_step:.0f} B WAL/step, "
+        line += f"{micros(done.cpu_per_step)} server CPU/step)"
         if not args.skip_dbos:
             dbos.append(dbos_part(server, args, log_dir))
-            line += f", DBOS {dbos[-1].per_second:.0f} steps/s ({dbos[-1].wal_per_step:.0f} B WAL/step)"
-        tps.append(pgbench.tps(args.pgbench_seconds))
-        print(f"{line}, pgbench -N -c1 {tps[-1]:.0f} TPS", flush=True)
+            line += f", DBOS {dbos[-1].per_second:.0f} steps/s ({dbos[-1].wal_per_step:.0f} B WAL/step, "
+            line += f"{micros(dbos[-1].cpu_per_step)} server CPU/step)"
+        rate, cpu = pgbench.measure(args.pgbench_seconds)
+        tps.append(rate)
+        pgbench_cpu.append(cpu)
+        print(f"{line}, pgbench -N -c1 {rate:.0f} TPS ({micros(cpu)} server CPU/transaction)", flush=True)
 
     def median(values: list[float]) -> float:
         return statistics.median(values)
+
+    def median_cpu(values: list[float | None]) -> str:
+        known = [value for value in values if value is not None]
+        return micros(statistics.median(known) if known else None)
 
     weft_rate = median([m.per_second for m in weft])
     summary = (
@@ -340,11 +363,19 @@ def main(argv: list[str] | None = None) -> None:
             f"{median([m.wal_per_run for m in dbos]):.0f} B/run"
         )
     summary += f"; pgbench -N -c1 {median(tps):.0f} TPS"
+    summary += f"; server CPU weft {median_cpu([m.cpu_per_step for m in weft])}/step"
+    if dbos:
+        summary += f", DBOS {median_cpu([m.cpu_per_step for m in dbos])}/step"
+    summary += f", pgbench {median_cpu(pgbench_cpu)}/transaction"
     if dbos:
         ratio = median([w.per_second / d.per_second for w, d in zip(weft, dbos, strict=True)])
         summary += f"; weft/DBOS {ratio:.2f}x"
     summary += f"; weft/pgbench {median([w.per_second / t for w, t in zip(weft, tps, strict=True)]):.2f}x"
     print(summary)
+
+
+def micros(value: float | None) -> str:
+    return "? µs" if value is None else f"{value:.0f} µs"
 
 
 if __name__ == "__main__":

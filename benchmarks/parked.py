@@ -11,6 +11,10 @@ drawn between 1 and 10 hours ahead; the schedules are copies of one made by
 * **idle sweep**: ``--ticks`` sweeps as ``weft_worker`` runs them (``tick`` with its
   workflows, redispatching at once) in this process, nothing being due: p50 and p99
   (the goal: 5 ms and 20 ms);
+* **pages**: the admin's run changelist and the REST list of runs (first page, and
+  filtered to waiting runs), ``--requests`` times each through Django's test client as
+  a superuser, with the million parked runs in the table: p50 and p99, to compare with
+  the 1,000,000-row figures of ``admin.py`` and ``api.py``;
 * **timers falling due**: two ``weft_worker`` processes (``--threads`` each) idle, then
   ``--due`` (10,000) of the timers are moved to now in one statement; from its commit
   to the last of those runs' ends as the database recorded them (each run, woken,
@@ -19,7 +23,7 @@ drawn between 1 and 10 hours ahead; the schedules are copies of one made by
 Usage (see benchmarks/README.md)::
 
     .venv/bin/python benchmarks/parked.py [--runs 1000000] [--schedules 100000] [--due 10000]
-                                          [--ticks 200] [--threads 4]
+                                          [--ticks 200] [--threads 4] [--requests 50]
 
 It uses ``end_to_end.py``'s project (``benchmarks/e2e_bench/``) and drops and recreates
 ``weft_e2e_bench``; the tables take about 2 GB.
@@ -28,6 +32,7 @@ It uses ``end_to_end.py``'s project (``benchmarks/e2e_bench/``) and drops and re
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -232,6 +237,35 @@ def timers_due(due: int, threads: int, log_dir: Path) -> tuple[float, float, int
     )
 
 
+def time_pages(requests: int) -> dict[str, list[float]]:
+    """Seconds per request of the admin changelist and the REST list, first page and
+    waiting runs, through Django's test client as a superuser (after 5 untimed each)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench")
+    browser = Client()
+    browser.force_login(user)
+    pages = {
+        "admin changelist": "/admin/django_weft/workflowrun/",
+        "admin changelist status=waiting": "/admin/django_weft/workflowrun/?status__exact=waiting",
+        "REST list": "/api/weft/runs/",
+        "REST list status=waiting": "/api/weft/runs/?status=waiting",
+    }
+    times: dict[str, list[float]] = {}
+    for name, url in pages.items():
+        for _ in range(5):
+            browser.get(url)
+        times[name] = []
+        for _ in range(requests):
+            began = time.perf_counter()
+            response = browser.get(url)
+            times[name].append(time.perf_counter() - began)
+            if response.status_code != 200:
+                raise RuntimeError(f"{name}: {response.status_code} {response.content[:300]!r}")
+    return times
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return 1000 * ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -244,8 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--due", type=int, default=10_000, help="timers moved to now (10000)")
     parser.add_argument("--ticks", type=int, default=200, help="idle sweeps timed (200)")
     parser.add_argument("--threads", type=int, default=4, help="threads of each weft_worker (4)")
+    parser.add_argument("--requests", type=int, default=50, help="requests timed per page (50)")
     args = parser.parse_args(argv)
     server = Server.from_env()
+    os.environ["WEFT_E2E_BENCH_PAGES"] = "1"  # the admin and the REST API, for the pages
     setup_weft(server, notify=True)
     import benchmarks.e2e_bench.workflows  # noqa: F401  (the workflows, registered)
 
@@ -258,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     ticks = idle_ticks(args.ticks)
     print(f"idle sweep: p50 {percentile(ticks, 0.5):.1f} ms p99 {percentile(ticks, 0.99):.1f} ms "
           f"(mean {1000 * statistics.fmean(ticks):.1f} ms)", flush=True)  # fmt: skip
+    pages = time_pages(args.requests)
+    for name, times in pages.items():
+        print(f"{name}: p50 {percentile(times, 0.5):.1f} ms p99 {percentile(times, 0.99):.1f} ms", flush=True)
     woken_in, seconds, woken = timers_due(args.due, args.threads, log_dir)
     print(f"{woken} timers due at once: all runs woken (claimed) in {woken_in:.2f} s, completed in "
           f"{seconds:.2f} s", flush=True)  # fmt: skip
@@ -265,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         f"parked: {args.runs} runs, {args.schedules} schedules | idle sweep p50 "
         f"{percentile(ticks, 0.5):.1f} ms, p99 {percentile(ticks, 0.99):.1f} ms (goal 5 and 20) | {woken} "
         f"timers due: woken in {woken_in:.2f} s, completed in {seconds:.2f} s with 2 weft_worker x "
-        f"{args.threads} (goal: woken within 5 s)"
+        f"{args.threads} (goal: woken within 5 s) | p50 "
+        + ", ".join(f"{name} {percentile(times, 0.5):.1f} ms" for name, times in pages.items())
     )
     return 0
 

@@ -96,6 +96,32 @@ class Server:
         with self.admin() as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
+    def cpu_seconds(self) -> float | None:
+        """The CPU time (user and system) the server's processes have used so far, read
+        from ``/proc``: every live ``postgres`` process, plus what the postmaster has
+        collected from its children that exited (a pgbench connection's backend). ``None``
+        when the server is not on this machine. Differences of two readings are the
+        server's CPU over that time (at the kernel's tick, 10 ms per process)."""
+        if self.host not in ("127.0.0.1", "localhost", "::1") and not self.host.startswith("/"):
+            return None
+        processes: dict[int, tuple[int, int, int]] = {}  # pid -> (parent, own ticks, reaped ticks)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:
+                continue  # it exited meanwhile
+            if text[text.index("(") + 1 : text.rindex(")")] != "postgres":
+                continue
+            fields = text[text.rindex(")") + 2 :].split()
+            utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+            processes[int(stat.parent.name)] = (int(fields[1]), utime + stime, cutime + cstime)
+        if not processes:
+            return None
+        ticks = sum(own for _, own, _ in processes.values())
+        # The postmaster (a postgres process whose parent is not one) has reaped the exited backends.
+        ticks += sum(reaped for parent, _, reaped in processes.values() if parent not in processes)
+        return ticks / os.sysconf("SC_CLK_TCK")
+
 
 @dataclass(frozen=True)
 class Rate:
@@ -367,6 +393,7 @@ def _check_dbos(server: Server, runs: int, steps: int) -> None:
 _TPS = re.compile(
     r"tps = ([0-9.]+) \((?:without initial connection time|excluding connections establishing)\)"
 )
+_TRANSACTIONS = re.compile(r"number of transactions actually processed: (\d+)")
 
 
 class PgBench:
@@ -377,6 +404,7 @@ class PgBench:
         if pgbench is None:
             raise SystemExit("pgbench is not on PATH (Debian: apt-get install postgresql-client)")
         self._pgbench = pgbench
+        self.server = server
         self._env = {**os.environ, "PGHOST": server.host, "PGPORT": str(server.port), "PGUSER": server.user}
         if server.password:
             self._env["PGPASSWORD"] = server.password
@@ -393,11 +421,19 @@ class PgBench:
 
     def tps(self, seconds: int, clients: int = 1) -> float:
         """Transactions per second of ``clients`` connections (each its own pgbench thread)."""
+        return self.measure(seconds, clients)[0]
+
+    def measure(self, seconds: int, clients: int = 1) -> tuple[float, float | None]:
+        """Transactions per second of ``clients`` connections, and the server's CPU µs per
+        transaction meanwhile (``None`` for a server on another machine)."""
+        cpu = self.server.cpu_seconds()
         output = self._run("-N", "-c", str(clients), "-j", str(clients), "-T", str(seconds))
-        match = _TPS.search(output)
-        if match is None:
+        after = self.server.cpu_seconds()
+        match, count = _TPS.search(output), _TRANSACTIONS.search(output)
+        if match is None or count is None:
             raise RuntimeError(f"could not find the TPS in pgbench's output:\n{output}")
-        return float(match.group(1))
+        per = None if cpu is None or after is None else 1e6 * (after - cpu) / int(count.group(1))
+        return float(match.group(1)), per
 
 
 # -- main ------------------------------------------------------------------------------

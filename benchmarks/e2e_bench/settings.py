@@ -22,3 +22,41 @@ DATABASES = {"default": database_settings(os.environ.get("WEFT_E2E_BENCH_DB", "w
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING_CONFIG = None
 WEFT_NOTIFY = os.environ.get("WEFT_E2E_BENCH_NOTIFY", "1") == "1"
+
+if os.environ.get("WEFT_E2E_BENCH_PAGES") == "1":
+    # benchmarks/parked.py times the admin changelist and the REST list in its own process.
+    INSTALLED_APPS = [
+        *INSTALLED_APPS[:2],
+        "django.contrib.sessions",
+        "django.contrib.admin",
+        "django.contrib.messages",
+        "django.contrib.staticfiles",
+        "rest_framework",
+        "drf_spectacular",
+        "drf_spectacular_sidecar",
+        *INSTALLED_APPS[2:],
+    ]
+    MIDDLEWARE = [
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "django.contrib.messages.middleware.MessageMiddleware",
+    ]
+    TEMPLATES = [
+        {
+            "BACKEND": "django.template.backends.django.DjangoTemplates",
+            "APP_DIRS": True,
+            "OPTIONS": {
+                "context_processors": [
+                    "django.template.context_processors.request",
+                    "django.contrib.auth.context_processors.auth",
+                    "django.contrib.messages.context_processors.messages",
+                ]
+            },
+        }
+    ]
+    STATIC_URL = "static/"
+    ALLOWED_HOSTS = ["testserver"]
+    ROOT_URLCONF = "benchmarks.e2e_bench.urls"
+    REST_FRAMEWORK = {
+        "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    }

@@ -76,6 +76,31 @@ class SweepProbe:
         finalizers (a dispatcher that delivers); ``workflows`` limits those to a worker's
         own workflows, as the sweep does; flow control parts are asked only for the
         limits given."""
+        # On PostgreSQL the statement reads the clock itself, so it depends only on these
+        # arguments: compiled once per process (the querysets cost more than the statement).
+        limits = (_names(workflow_limits), _names(activity_limits))
+        key = (self.sql.alias, grace, _names(workflows), limits, dispatch)
+        cached = _statements.get(key) if self.sql.clock_in_sql else None
+        if cached is None:
+            cached = self._statement(grace, workflows, workflow_limits, activity_limits, dispatch)
+            if self.sql.clock_in_sql:
+                if len(_statements) >= _KEPT:  # registries that keep changing (tests)
+                    _statements.clear()
+                _statements[key] = cached
+        names, statement, params = cached
+        found = dict(zip(names, self.sql.run_exists(statement, params), strict=True))
+        expired = found.pop("expired", False)
+        found["dispatch"] = found.get("dispatch", False) or expired
+        return SweepWork(**found)
+
+    def _statement(
+        self,
+        grace: float,
+        workflows: Collection[str] | None,
+        workflow_limits: Mapping[str, Concurrency] | None,
+        activity_limits: Mapping[str, Concurrency] | None,
+        dispatch: bool,
+    ) -> tuple[list[str], str, list[Any]]:
         now = self.sql.now_expression()
         reads: dict[str, Any] = {
             "timers": self.sweep.due_timers(now),
@@ -93,7 +118,13 @@ class SweepProbe:
             reads["admissions"] = self.flow.queued(workflow_limits)
         if activity_limits:
             reads["hand_ons"] = self.activity_flow.waiting(activity_limits)
-        found = dict(zip(reads, self.sql.exist(list(reads.values())), strict=True))
-        expired = found.pop("expired", False)
-        found["dispatch"] = found.get("dispatch", False) or expired
-        return SweepWork(**found)
+        return [*reads], *self.sql.exists_statement(list(reads.values()))
+
+
+_statements: dict[tuple[Any, ...], tuple[list[str], str, list[Any]]] = {}
+"""The compiled statements of :meth:`SweepProbe.pending`, by its arguments."""
+_KEPT = 32
+
+
+def _names(names: Collection[str] | None) -> tuple[str, ...] | None:
+    return None if names is None else tuple(sorted(names))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -183,15 +183,30 @@ class StoreSql:
     def exist(self, querysets: Sequence[Any]) -> list[bool]:
         """Whether each of ``querysets`` has a row, all in one statement (``SELECT EXISTS
         (...), EXISTS (...)``), with no lock and no transaction."""
+        return self.run_exists(*self.exists_statement(querysets))
+
+    def exists_statement(self, querysets: Sequence[Any]) -> tuple[str, list[Any]]:
+        """The statement of :meth:`exist` and its parameters, compiled (for a caller that
+        keeps it: compiling costs more than running it)."""
         parts: list[str] = []
         params: list[Any] = []
         for queryset in querysets:
             text, more = queryset.query.exists().get_compiler(using=self.alias).as_sql()
             parts.append(f"EXISTS ({text})")
             params.extend(more)
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT " + ", ".join(parts), params)
-            return [bool(value) for value in cursor.fetchone()]
+        return "SELECT " + ", ".join(parts), params
+
+    def run_exists(self, statement: str, params: Sequence[Any]) -> list[bool]:
+        """Run a statement of :meth:`exists_statement`: prepared on PostgreSQL (planned
+        once per connection)."""
+        if self.is_postgres:
+            row = self.fetch_prepared(statement, params)
+        else:
+            with self.connection.cursor() as cursor:
+                cursor.execute(statement, params)
+                row = cursor.fetchone()
+        assert row is not None
+        return [bool(value) for value in row]
 
     def insert_then(self, instance: Model, then: str, params: Sequence[Any]) -> None:
         """INSERT ``instance`` (a new row, as ``save()`` would write it) and run ``then``, a
@@ -474,7 +489,9 @@ class StoreSql:
         with self.connection.cursor() as cursor:
             self.write_step(cursor, run_id, owner, epoch, step)
 
-    def fetch_prepared(self, statement: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    def fetch_prepared(
+        self, statement: str, params: Mapping[str, Any] | Sequence[Any]
+    ) -> tuple[Any, ...] | None:
         """On PostgreSQL: run ``statement`` as a server-side prepared statement on the
         underlying psycopg connection (``WEFT_PREPARE_STATEMENTS``; Django's default
         client-side binding cannot prepare) and return its first row."""
