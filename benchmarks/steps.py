@@ -288,19 +288,22 @@ def bench_weft(runs: int, steps: int) -> WeftResult:
     return WeftResult(drive=Rate(runs * steps, elapsed), start_seconds=started - began, runs=runs)
 
 
-def install_dropping_sdk() -> None:
+def install_dropping_sdk(sample_ratio: float | None = None) -> None:
     """The OpenTelemetry SDK as an application would set it (docs/how-to/observe.md: a
     ``BatchSpanProcessor``), with an exporter that drops every span: what is measured is
-    making the spans and handing them over, not sending them."""
+    making the spans and handing them over, not sending them. Every trace is sampled,
+    or with ``sample_ratio`` that share of them (``ParentBased(TraceIdRatioBased)``)."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     class Dropping(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    sampler = None if sample_ratio is None else ParentBased(TraceIdRatioBased(sample_ratio))
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Dropping()))
     trace.set_tracer_provider(provider)
 
@@ -426,6 +429,9 @@ class PgBench:
     def measure(self, seconds: int, clients: int = 1) -> tuple[float, float | None]:
         """Transactions per second of ``clients`` connections, and the server's CPU µs per
         transaction meanwhile (``None`` for a server on another machine)."""
+        # The backends of connections closed just before (a worker stopped) exit first: a
+        # reading of /proc taken while the postmaster reaps them can count one twice or not at all.
+        time.sleep(0.5)
         cpu = self.server.cpu_seconds()
         output = self._run("-N", "-c", str(clients), "-j", str(clients), "-T", str(seconds))
         after = self.server.cpu_seconds()
@@ -478,6 +484,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "with an exporter that drops every span), and reports the overhead",
     )
     parser.add_argument(
+        "--sample-ratio",
+        type=float,
+        help="with --tracing: sample this share of the traces (ParentBased(TraceIdRatioBased)), "
+        "instead of every one",
+    )
+    parser.add_argument(
         "--metrics",
         action="store_true",
         help="each round runs weft twice, without and with WEFT_METRICS (prometheus_client's "
@@ -508,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         require_dbos()
     setup_weft(server, steps, warmup, prepared=args.prepared, database=args.weft_database)
     if args.tracing:
-        install_dropping_sdk()
+        install_dropping_sdk(args.sample_ratio)
     print(weft_revision(), flush=True)
     pgbench = PgBench(server) if args.pgbench_seconds else None
 

@@ -131,3 +131,19 @@ def test_an_untraced_start_stores_no_context(spans: InMemorySpanExporter) -> Non
     tracing.uninstall()
     handle = client.start("tests.traced_queued", args=["tr4"])
     assert WorkflowRun.objects.get(pk=handle.run_id).trace_context is None
+
+
+def test_a_run_started_in_an_unsampled_trace_records_no_span_on_any_turn(spans: InMemorySpanExporter) -> None:
+    # The caller's trace was not sampled (flags 00): the SDK's default sampler follows the
+    # parent, and the run's stored context carries that decision to every later turn,
+    # attempt and timer, on whatever worker.
+    unsampled = trace.NonRecordingSpan(
+        trace.SpanContext(trace_id=0x1234, span_id=0x5678, is_remote=True, trace_flags=trace.TraceFlags(0))
+    )
+    with trace.use_span(unsampled):
+        handle = client.start("tests.traced", args=["unsampled"], kwargs={"sleep": 0.05})
+        handle.signal("go", 1)
+    carrier = WorkflowRun.objects.get(pk=handle.run_id).trace_context
+    assert carrier["traceparent"].endswith("-00")  # stored, with the decision
+    assert drive(handle.run_id) == "completed"  # through its sleep: several turns
+    assert records(spans) == []
