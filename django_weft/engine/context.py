@@ -434,7 +434,10 @@ class WorkflowContext:
         # A pending cancellation request is received here, even by a sleep whose time has come.
         self._messages.deliver_cancellation(start.record, seq)
         if fire_at <= now:
-            self._commit(
+            # Written with the next write, or by the run's completion: a crash before then
+            # leaves the sleep recorded as waiting on a time that has passed, and the replay
+            # that follows ends it again (a sleep has nothing to do twice).
+            self._commit_later(
                 self._step(
                     seq,
                     StepKind.SLEEP,

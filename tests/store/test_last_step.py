@@ -110,3 +110,49 @@ def test_a_crash_before_the_completion_runs_the_last_activity_again() -> None:
     assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
     assert SideEffect.objects.filter(key="crash").count() == 2  # at least once, as documented
     assert WorkflowRun.objects.get(pk=handle.run_id).status == "completed"
+
+
+def woken(workflow: str, args: list[Any]) -> str:
+    """A run of ``workflow`` parked on its sleep, and the sleep now over."""
+    handle = client.start(workflow, args=args)
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
+    Step.objects.filter(run_id=handle.run_id, seq=0).update(result={"fire_at": "2000-01-01T00:00:00+00:00"})
+    WorkflowRun.objects.filter(pk=handle.run_id).update(status="running", waiting_on=None)
+    return handle.run_id
+
+
+def test_the_end_of_a_sleep_is_recorded_by_the_next_write(on_postgres: bool) -> None:
+    run_id = woken("tests.ls.nap", [3600])
+    with CaptureQueriesContext(connection) as turn:
+        assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "completed")]
+    assert WorkflowRun.objects.get(pk=run_id).result == "rested"
+    if on_postgres:
+        # The claim, the history read and the completion that records the sleep's end.
+        statements = [query["sql"][:90] for query in turn.captured_queries]
+        assert len(statements) == 3, statements
+    # Before an activity, the sleep's end is recorded first: the attempt finds it.
+    run_id = woken("tests.ls.nap_then_step", ["after-nap", 3600])
+    assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
+    assert client.get_handle(run_id).result() == [0]
+
+
+def test_a_crash_before_the_sleeps_end_is_recorded_ends_it_again_on_replay() -> None:
+    run_id = woken("tests.ls.nap", [3600])
+
+    class Crash(BaseException):
+        pass
+
+    def crash(_context: dict[str, Any]) -> None:
+        raise Crash
+
+    faults.arm("before_complete", crash)
+    try:
+        with pytest.raises(Crash):
+            make_engine().run_turn(run_id)
+    finally:
+        faults.disarm()
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "waiting")]  # held, not written
+    WorkflowRun.objects.filter(pk=run_id).update(owner_id=None, lease_expires_at=None)
+    assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "completed")]

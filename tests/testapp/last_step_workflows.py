@@ -58,3 +58,16 @@ def quiet(value: Any) -> Any:
 @workflow(name="tests.ls.one_quiet_step")
 def one_quiet_step(ctx: Any, value: Any) -> Any:
     return ctx.run(quiet, value)
+
+
+@workflow(name="tests.ls.nap_then_step")
+def nap_then_step(ctx: Any, key: str, seconds: float) -> list[int]:
+    """A sleep whose end is held back, then an activity that reads what was recorded."""
+    ctx.sleep(seconds)
+    return ctx.run(recorded_before, key)
+
+
+@workflow(name="tests.ls.nap")
+def nap(ctx: Any, seconds: float) -> str:
+    ctx.sleep(seconds)
+    return "rested"
