@@ -1,6 +1,6 @@
 """Activity overrides: a test replaces what an activity does, by name.
 
-:func:`~django_weft.engine.activities.call_activity`, the one path every attempt takes
+:func:`~django_weft.engine.attempt.call_activity`, the one path every attempt takes
 (inline in a turn, queued on a worker, an atomic one inside its transaction), calls
 :func:`body_of` for the function to run. Nothing is overridden unless a test says so
 (the ``weft`` fixture's ``mock_activity``), and everything around the call stays as it

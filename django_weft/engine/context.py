@@ -24,15 +24,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from . import clock, codec, faults, waits
-from .activities import (
-    MAX_REDISPATCH_DELAY,
-    ActivityCalls,
-    ActivityHandle,
-    ActivityInfo,
-    _current_activity,
-    activity_info,
-    describe_exception,
-)
+from .activities import ActivityCalls, ActivityHandle
+from .attempt import MAX_REDISPATCH_DELAY, ActivityInfo, _current_activity, activity_info, describe_exception
 from .children import ChildHandle, start_child
 from .durations import Duration, parse_duration
 from .errors import ConfigurationError, Deposed, NonDeterminismError, nondeterminism_error

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from . import codec, faults, observe, run_logging
-from .activities import describe_exception
+from .attempt import describe_exception
 from .context import WorkflowContext
 from .error_types import ErrorType
 from .errors import (

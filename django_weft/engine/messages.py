@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import codec, faults, observe
-from .activities import describe_exception
+from .attempt import describe_exception
 from .durations import Duration, parse_duration
 from .error_types import ErrorType
 from .errors import (

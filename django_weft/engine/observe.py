@@ -33,7 +33,7 @@ from .run_logging import get_logger
 from .unwind import DeposedUnwind
 
 if TYPE_CHECKING:
-    from .activities import ActivityInfo
+    from .attempt import ActivityInfo
     from .records import ClaimedRun
 
 logger = get_logger("django_weft.observe")

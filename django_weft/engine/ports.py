@@ -101,7 +101,7 @@ class TurnStore(Protocol):
 
     def cancellation_requested(self, run_id: str, seq: int) -> str | None:
         """Why the activity at ``seq`` should stop (see
-        :func:`~django_weft.engine.activities.cancellation_seen`), or ``None``; one read."""
+        :func:`~django_weft.engine.attempt.cancellation_seen`), or ``None``; one read."""
 
     def complete(
         self,

@@ -58,7 +58,7 @@ class Activity(Generic[P, R]):
     before it runs (one more write), so an attempt lost with its worker is counted, and
     failed attempts name their worker: what a task of Django's task framework reports
     (``attempts``, ``worker_ids``). An attempt lost so is run again without using up the
-    retry policy's attempts, up to :data:`~django_weft.engine.activities.MAX_LOST_ATTEMPTS`."""
+    retry policy's attempts, up to :data:`~django_weft.engine.attempt.MAX_LOST_ATTEMPTS`."""
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from .activities import describe_exception
+from .attempt import describe_exception
 from .context import WorkflowContext
 from .errors import NonDeterminismError, WeftError, WorkflowNotRegistered, nondeterminism_error
 from .executor import Engine, EngineConfig

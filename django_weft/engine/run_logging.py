@@ -4,7 +4,7 @@ fields in ``extra``, so a JSON formatter (docs/how-to/observe.md) can index them
 The fields are ``run_id``, ``workflow_id``, ``workflow``, and where known ``seq`` (a
 position in the run's history) and ``attempt`` (an activity attempt's number, or for
 ``ctx.logger`` the run's attempt). They come from the context the record is written in:
-an activity attempt (:func:`~django_weft.engine.activities.activity_info`), else the
+an activity attempt (:func:`~django_weft.engine.attempt.activity_info`), else the
 fields a turn, a queued attempt's handling or the runtime bound with :func:`bound`. A
 field passed in ``extra`` explicitly wins.
 """
@@ -29,7 +29,7 @@ def current() -> Mapping[str, Any]:
     """The run fields of the code running now: an activity attempt's, else those bound.
     Read only when a record is written (a logger adapter calls it for enabled records),
     so an attempt costs nothing here: its fields come from ``activity_info()``."""
-    from .activities import _current_activity  # the activities module logs through this one
+    from .attempt import _current_activity  # the attempt module logs through this one
 
     info = _current_activity.get()
     if info is not None:

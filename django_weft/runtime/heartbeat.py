@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from django.db import close_old_connections, connections
 
 from ..conf import weft_settings
-from ..engine.activities import CancelProbe
+from ..engine.attempt import CancelProbe
 from ..engine.executor import Engine
 from ..engine.run_logging import get_logger
 from .process import get_engine, get_store

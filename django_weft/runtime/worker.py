@@ -13,7 +13,7 @@ from django.db import transaction
 
 from ..conf import weft_settings
 from ..engine import codec, faults, observe, run_logging
-from ..engine.activities import ActivityInfo, Attempt, AttemptFlow, CancelProbe, admit_attempt, call_activity
+from ..engine.attempt import ActivityInfo, Attempt, AttemptFlow, CancelProbe, admit_attempt, call_activity
 from ..engine.error_types import ErrorType
 from ..engine.executor import TurnOutcome
 from ..engine.finalizers import retry_in as finalizer_retry_in
@@ -359,7 +359,7 @@ def _admit(
     reserved: datetime | None,
 ) -> _Slot | None:
     """Let a started queued attempt go through flow control, as an inline one does
-    (:func:`~django_weft.engine.activities.admit_attempt`). Returns the slot it holds (or
+    (:func:`~django_weft.engine.attempt.admit_attempt`). Returns the slot it holds (or
     none), or ``None`` when it is held (its step ``delayed``: its run sends it again
     when the hold is over) or no longer current."""
     if flow.refusal is not None:

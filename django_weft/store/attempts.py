@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Case, JSONField, Q, Value, When
 
 from ..engine import codec
-from ..engine.activities import cancellation_seen
+from ..engine.attempt import cancellation_seen
 from ..engine.error_types import ErrorType
 from ..engine.finalizers import FinalizerStatus
 from ..engine.flow import Hold, HoldKind, reserved_moment

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 
 from ..engine import codec
-from ..engine.activities import cancellation_seen
+from ..engine.attempt import cancellation_seen
 from ..engine.records import (
     CancelRequest,
     MessageKind,

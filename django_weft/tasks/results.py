@@ -18,7 +18,7 @@ from typing import Any
 from django.utils import timezone
 
 from .. import runtime
-from ..engine.activities import ActivityInfo
+from ..engine.attempt import ActivityInfo
 from ..engine.error_types import ErrorType
 from ..engine.errors import WorkflowNotFound
 from ..engine.records import TERMINAL_STATUSES, RunStatus, StepStatus

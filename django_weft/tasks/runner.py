@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from ..engine import activity_overrides
-from ..engine.activities import ActivityInfo, activity_info, run_to_completion
+from ..engine.attempt import ActivityInfo, activity_info, run_to_completion
 from ..engine.context import WorkflowContext
 from ..engine.registry import Activity, Workflow, registry
 from ..engine.retry import RetryPolicy

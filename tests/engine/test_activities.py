@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from django_weft.engine.activities import ActivityInfo, activity_info, call_activity
+from django_weft.engine.attempt import ActivityInfo, activity_info, call_activity
 from django_weft.engine.errors import ActivityFailed
 from django_weft.engine.executor import TurnOutcome
 from django_weft.engine.registry import Activity

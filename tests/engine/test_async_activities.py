@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from django_weft.engine.activities import ActivityInfo, CancelProbe, activity_info, call_activity
+from django_weft.engine.attempt import ActivityInfo, CancelProbe, activity_info, call_activity
 from django_weft.engine.errors import ConfigurationError
 from django_weft.engine.executor import TurnOutcome
 from django_weft.engine.registry import Activity, activity, registry, workflow

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from django_weft.engine import faults
-from django_weft.engine.activities import ActivityInfo, CancelProbe, activity_info, cancellation_seen
+from django_weft.engine.attempt import ActivityInfo, CancelProbe, activity_info, cancellation_seen
 from django_weft.engine.errors import (
     CancellationRequested,
     WorkflowCancelled,

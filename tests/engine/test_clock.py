@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from django_weft.engine import activity_overrides, clock
-from django_weft.engine.activities import ActivityInfo, call_activity
+from django_weft.engine.attempt import ActivityInfo, call_activity
 from django_weft.engine.executor import TurnOutcome
 from django_weft.engine.registry import Activity
 from django_weft.engine.retry import RetryPolicy

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from django_weft import WorkflowFailed, client
-from django_weft.engine.activities import _heartbeat_reads
+from django_weft.engine.attempt import _heartbeat_reads
 from django_weft.models import Step
 from django_weft.testing import drive, make_engine, run_queued_activities
 from tests.testapp.models import SideEffect

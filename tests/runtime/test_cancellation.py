@@ -161,7 +161,7 @@ def test_a_queued_activity_heartbeating_learns_of_the_request(mode: str) -> None
 
 
 def test_the_workers_heartbeat_tells_a_running_activity_without_it_asking() -> None:
-    from django_weft.engine.activities import CancelProbe
+    from django_weft.engine.attempt import CancelProbe
     from django_weft.runtime.heartbeat import Heartbeat, running_attempt
 
     handle = client.start("tests.x.ignores", args=["tb"])

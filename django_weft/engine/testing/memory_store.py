@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import codec
-from ..activities import cancellation_seen
+from ..attempt import cancellation_seen
 from ..errors import Deposed, WorkflowAlreadyExists, WorkflowNotFound, WorkflowTerminalError
 from ..executor import Engine, EngineConfig
 from ..flow import HoldKind, Rate, SlotTaken, from_micros, gcra_take, hold_is_due, to_micros
