@@ -111,11 +111,17 @@ class InProcessWorker:
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
-                # 0: a run sent elsewhere (say to Celery) but not yet claimed is taken
-                # at once; this sweep's dispatches go to this process's own threads.
-                # Only runs of the workflows registered here are sent to this process's
-                # threads (the others would be marked dispatched for nothing).
-                report = tick(self.dispatcher, redispatch_after=0.0, workflows=registry.workflow_names())
+                # Half a tick: a run sent elsewhere (say to Celery) but not claimed is
+                # taken within a tick or two, and a run another worker's sweep has just
+                # handed to that worker's threads (a backlog) is left to it, not claimed
+                # by both. This sweep's dispatches go to this process's own threads;
+                # only runs of the workflows registered here are sent to them (the
+                # others would be marked dispatched for nothing).
+                report = tick(
+                    self.dispatcher,
+                    redispatch_after=weft_settings.TICK_INTERVAL / 2,
+                    workflows=registry.workflow_names(),
+                )
                 if failures:
                     logger.info("sweep: working again after %d failed attempts", failures)
                 failures = 0

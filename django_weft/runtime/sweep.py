@@ -83,9 +83,10 @@ def tick(
 
     ``redispatch_after`` (default ``WEFT_REDISPATCH_AFTER``) is how long a run that was
     sent to a worker may stay unclaimed before this sweep sends it again. ``weft_worker``
-    passes 0: its sweep feeds its own threads, so a run that another process sent to a
-    queue nobody consumes (a Celery queue, with no Celery worker running) is taken at
-    the next tick instead of after ``WEFT_REDISPATCH_AFTER``.
+    passes half its tick interval: its sweep feeds its own threads, so a run that another
+    process sent to a queue nobody consumes (a Celery queue, with no Celery worker
+    running) is taken within a tick or two instead of after ``WEFT_REDISPATCH_AFTER``,
+    while the runs a sweep has just handed to its threads are not sent again meanwhile.
 
     ``workflows`` (``weft_worker`` passes the workflows it has registered) limits the
     runs and finalizers dispatched to those of these workflows (a worker without a
