@@ -15,10 +15,7 @@ from django.db import transaction
 from ..engine import codec
 from ..engine.flow import Rate, SlotTaken
 from ..engine.parking import (
-    TimerDisposition,
-    discarded_wake_disposition,
     handled_updates,
-    timers_surviving_collection,
     unknown_update_error,
 )
 from ..engine.records import (
@@ -42,18 +39,15 @@ from .activity_flow import ActivityFlow
 from .attempts import ActivityAttempts
 from .base import deposed, unanswered_error
 from .children import Children
+from .claims import RunClaims
 from .finalizers import Finalizers
-from .flow import HELD, FlowControl
-from .sql import StoreSql, aware, json_value
+from .flow import FlowControl
+from .sql import StoreSql
 from .turn_messages import TurnMessages
 from .waking import Waking
 
 logger = get_logger("django_weft.store")
 timer_log = get_logger("django_weft.timers")
-
-_NEEDS_SLOT: tuple[Any, ...] = ("needs a concurrency slot",)
-"""What :meth:`RunTurns._claim_woken` returns for a woken run that must take a concurrency
-slot before it is claimed."""
 
 
 class _RecentRuns:
@@ -99,6 +93,7 @@ class RunTurns:
     ) -> None:
         self.sql = sql
         self.flow = flow
+        self.claims = RunClaims(sql, attempts, flow)
         # Runs this store ended (PostgreSQL's one-statement terminal commit) whose
         # workflow had no run queued for a slot; read once by :meth:`hand_on_slot`.
         self._nobody_queued = _RecentRuns()
@@ -116,180 +111,8 @@ class RunTurns:
     def claim(
         self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
     ) -> ClaimedRun | None:
-        """Claim a runnable run, or take over one whose lease expired more than ``grace``
-        seconds ago. A waiting run whose timer is due is woken and claimed at once. With
-        ``workflows``, only a run of one of those names: another is left as it is (no
-        write, its epoch unchanged) for a worker that has its code.
-
-        The history is read by a statement of its own *after* the claim: a claim that
-        waited for the row lock of a previous owner must see that owner's last commits,
-        which a read in the claiming statement (one snapshot) would miss. The first claim
-        of a run (epoch 1) skips the read: steps are only ever written under an owner's
-        epoch, so a run nobody owned before has none."""
-        row = self.sql.claim_runnable(run_id, owner, ttl, grace, workflows)
-        if row is None:
-            # Not runnable: only a waiting or delayed run can still be claimed (woken by a
-            # due timer), or a runnable one counted by a concurrency limit that has no slot
-            # yet. A cheap unlocked look first spares the transaction in the common case
-            # of a duplicate delivery for a run that is owned or finished.
-            found = (
-                self.sql.runs()
-                .filter(pk=run_id)
-                .values_list("status", "workflow_name", "concurrency_key", "slot", "owner_id")
-                .first()
-            )
-            status, name, key, slot, owner_now = found if found is not None else (None, None, None, "", None)
-            if workflows is not None and name is not None and name not in workflows:
-                return None  # its timers stay: the worker that has the code needs them
-            if status == RunStatus.RUNNING and key is not None and slot != HELD and owner_now is None:
-                row = self._claim_with_slot(run_id, owner, ttl, grace, workflows, str(name), key)
-            elif status in (RunStatus.WAITING, RunStatus.PENDING):
-                row = self._claim_woken(run_id, owner, ttl)
-                if row is _NEEDS_SLOT:  # a delayed start of a limited workflow, due now
-                    row = self._claim_with_slot(run_id, owner, ttl, grace, workflows, str(name), str(key))
-            else:
-                self._discard_wake(run_id, status)
-            if row is None:
-                return None
-        (workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, cancel_request,
-         priority, trace_context, db_now, takeover, due_at) = row  # fmt: skip
-        request = CancelRequest.of(json_value(cancel_request))
-        return ClaimedRun(
-            run_id=str(run_id),
-            workflow_id=workflow_id,
-            workflow_name=name,
-            args=json_value(args) or [],
-            kwargs=json_value(kwargs) or {},
-            epoch=int(epoch),
-            attempt=int(attempt),
-            created_at=aware(created_at),
-            db_now=aware(db_now),
-            steps={} if int(epoch) == 1 else self.sql.load_steps(run_id),
-            parent_run_id=str(parent_id) if parent_id else None,
-            search_attributes=json_value(attributes) or {},
-            cancel_request=request if request is not None and request.pending else None,
-            priority=int(priority),
-            takeover=bool(takeover),
-            due_at=aware(due_at) if due_at is not None else None,
-            trace_context=json_value(trace_context),
-        )
-
-    def _claim_with_slot(
-        self,
-        run_id: str,
-        owner: str,
-        ttl: float,
-        grace: float,
-        workflows: Collection[str] | None,
-        name: str,
-        key: str,
-    ) -> tuple[Any, ...] | None:
-        """Claim a runnable run counted by a concurrency limit once it holds a slot: it
-        takes a free one, or is queued (docs/explanation/flow-control.md). A run whose
-        workflow this process does not know is left for a worker that knows its limit.
-        Runs let in ahead of it are runnable; the sweep rings their doorbells."""
-        limit = registry.concurrency_limits().get(name)
-        if limit is None:
-            return None
-        admission = self.flow.admit_on_claim(run_id, name, key, limit)
-        if not admission.admitted:
-            return None
-        return self.sql.claim_runnable(run_id, owner, ttl, grace, workflows)
-
-    def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
-        """Fire the due timers of a waiting run and claim it, in one transaction."""
-        with transaction.atomic(using=self.sql.alias):
-            run = (
-                self.sql.runs()
-                .select_for_update(skip_locked=True)
-                .filter(pk=run_id, status__in=[RunStatus.WAITING, RunStatus.PENDING])
-                .first()
-            )
-            if run is None:
-                return None
-            now = self.sql.db_now()
-            # Lock order is always run row, then timer rows (the sweep and park do the
-            # same), so a claim racing the sweep cannot deadlock; a timer the sweep holds
-            # is skipped, and the sweep then makes the run runnable itself.
-            timers = Timer.objects.using(self.sql.alias)
-            # A due deadline is the sweep's: it times the run out (an external transition).
-            due = list(
-                timers.filter(run_id=run.pk)
-                .due(now)
-                .exclude(kind=TimerKind.DEADLINE)
-                .select_for_update(skip_locked=True)
-                .values_list("pk", "seq", "kind", "fire_at")
-            )
-            if not due:
-                return None
-            timers.filter(pk__in=[pk for pk, _, _, _ in due]).update(fired_at=now)
-            for pk, seq, kind, _ in due:
-                timer_log.debug("fired timer %s (run %s, position %s, %s) on claim", pk, run.pk, seq, kind)
-            self.attempts.lose_attempts(
-                [(run.pk, seq) for _, seq, kind, _ in due if kind == TimerKind.ACTIVITY], now
-            )
-            if run.concurrency_key is not None and run.slot != HELD:
-                # Counted by a concurrency limit and holding no slot yet: runnable now, and
-                # claimed only once it has a slot (the caller asks for one).
-                self.sql.runs().filter(pk=run.pk).update(
-                    status=RunStatus.RUNNING, ready_at=now, waiting_on=None, updated_at=now
-                )
-                return _NEEDS_SLOT
-            run.owner_epoch += 1
-            self.sql.runs().filter(pk=run.pk).update(
-                status=RunStatus.RUNNING,
-                owner_id=owner,
-                owner_epoch=run.owner_epoch,
-                lease_expires_at=now + timedelta(seconds=ttl),
-                claimed_at=now,
-                ready_at=now,
-                waiting_on=None,
-                updated_at=now,
-            )
-            return (
-                run.workflow_id,
-                run.workflow_name,
-                run.args,
-                run.kwargs,
-                run.owner_epoch,
-                run.attempt,
-                run.created_at,
-                run.parent_id,
-                run.search_attributes,
-                run.cancel_request,
-                run.priority,
-                run.trace_context,
-                now,
-                False,
-                min(fire_at for _, _, _, fire_at in due),  # it was due when its first timer was
-            )
-
-    def _discard_wake(self, run_id: str, status: str | None) -> TimerDisposition:
-        """A wake-up (a turn's doorbell, say a timer's) reached an engine that cannot claim
-        the run: it is discarded, and the run's timers are kept or collected as
-        :func:`~django_weft.engine.parking.discarded_wake_disposition` decides."""
-        if discarded_wake_disposition(status) == TimerDisposition.KEPT:
-            return TimerDisposition.KEPT
-        key = uuid.UUID(str(run_id))
-        with transaction.atomic(using=self.sql.alias):
-            # Read again under the row lock: a resume and a new park in between would
-            # have re-armed the very timer rows this would delete.
-            status = (
-                self.sql.runs().select_for_update().filter(pk=key).values_list("status", flat=True).first()
-            )
-            if discarded_wake_disposition(status) == TimerDisposition.KEPT:
-                return TimerDisposition.KEPT
-            self._collect_timers(run_id, key, status)
-            return TimerDisposition.COLLECTED
-
-    def _collect_timers(self, run_id: str, key: uuid.UUID, status: str | None) -> None:
-        timers = Timer.objects.using(self.sql.alias).filter(run_id=key).unfired()
-        surviving = timers_surviving_collection(status)
-        if surviving:
-            timers = timers.exclude(kind__in=sorted(surviving))
-        collected, _ = timers.delete()
-        if collected:
-            timer_log.info("run %s (%s): collected %d orphaned timer(s)", run_id, status or "gone", collected)
+        """See :meth:`RunClaims.claim <django_weft.store.claims.RunClaims.claim>`."""
+        return self.claims.claim(run_id, owner, ttl, grace, workflows)
 
     def commit_step_atomic(
         self, run_id: str, owner: str, epoch: int, body: Callable[[], StepWrite]

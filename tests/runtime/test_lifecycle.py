@@ -482,7 +482,7 @@ def test_a_wake_discarded_on_a_stale_status_keeps_the_rearmed_timer() -> None:
     handle = client.start("tests.sleepy", kwargs={"seconds": 60})
     park(handle.run_id)
     # The caller saw the run suspended; it was resumed and parked again since.
-    assert DjangoStore().turns._discard_wake(handle.run_id, "suspended") == "kept"
+    assert DjangoStore().turns.claims._discard_wake(handle.run_id, "suspended") == "kept"
     assert Timer.objects.filter(run_id=handle.run_id, kind="sleep").unfired().exists()
 
 
