@@ -49,8 +49,8 @@ def drop_database(name: str) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-_ADMIN_APPS = ["django.contrib.admin", "django.contrib.messages", "django.contrib.staticfiles"]
-_TEMPLATES = [
+ADMIN_APPS = ["django.contrib.admin", "django.contrib.messages", "django.contrib.staticfiles"]
+TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "APP_DIRS": True,
@@ -80,7 +80,7 @@ def setup_django(database: str, *, urlconf: str, admin: bool = False, keep: bool
         if not (keep and exists):
             conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {database}")
-    extra: dict[str, Any] = {"TEMPLATES": _TEMPLATES, "STATIC_URL": "static/"} if admin else {}
+    extra: dict[str, Any] = {"TEMPLATES": TEMPLATES, "STATIC_URL": "static/"} if admin else {}
     settings.configure(
         DEBUG=False,
         SECRET_KEY="benchmark-only",
@@ -91,7 +91,7 @@ def setup_django(database: str, *, urlconf: str, admin: bool = False, keep: bool
             "django.contrib.contenttypes",
             "django.contrib.auth",
             "django.contrib.sessions",
-            *(_ADMIN_APPS if admin else []),
+            *(ADMIN_APPS if admin else []),
             "rest_framework",
             "django_weft",
         ],

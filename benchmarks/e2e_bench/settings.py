@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.common import database_settings
+from benchmarks.common import ADMIN_APPS, database_settings
+from benchmarks.common import TEMPLATES as TEMPLATES_OF_THE_ADMIN
 
 SECRET_KEY = "benchmark-only"
 DEBUG = False
@@ -28,9 +29,7 @@ if os.environ.get("WEFT_E2E_BENCH_PAGES") == "1":
     INSTALLED_APPS = [
         *INSTALLED_APPS[:2],
         "django.contrib.sessions",
-        "django.contrib.admin",
-        "django.contrib.messages",
-        "django.contrib.staticfiles",
+        *ADMIN_APPS,
         "rest_framework",
         "drf_spectacular",
         "drf_spectacular_sidecar",
@@ -41,19 +40,7 @@ if os.environ.get("WEFT_E2E_BENCH_PAGES") == "1":
         "django.contrib.auth.middleware.AuthenticationMiddleware",
         "django.contrib.messages.middleware.MessageMiddleware",
     ]
-    TEMPLATES = [
-        {
-            "BACKEND": "django.template.backends.django.DjangoTemplates",
-            "APP_DIRS": True,
-            "OPTIONS": {
-                "context_processors": [
-                    "django.template.context_processors.request",
-                    "django.contrib.auth.context_processors.auth",
-                    "django.contrib.messages.context_processors.messages",
-                ]
-            },
-        }
-    ]
+    TEMPLATES = TEMPLATES_OF_THE_ADMIN
     STATIC_URL = "static/"
     ALLOWED_HOSTS = ["testserver"]
     ROOT_URLCONF = "benchmarks.e2e_bench.urls"

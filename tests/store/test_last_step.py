@@ -24,6 +24,24 @@ def steps_of(run_id: str) -> list[tuple[int, str, Any]]:
     return list(Step.objects.filter(run_id=run_id).order_by("seq").values_list("seq", "status", "result"))
 
 
+class Crash(BaseException):
+    """The process dies here."""
+
+
+def crash_before_completion(run_id: str) -> None:
+    """A turn of ``run_id`` whose process dies just before the run's terminal commit."""
+
+    def crash(_context: dict[str, Any]) -> None:
+        raise Crash
+
+    faults.arm("before_complete", crash)
+    try:
+        with pytest.raises(Crash):
+            make_engine().run_turn(run_id)
+    finally:
+        faults.disarm()
+
+
 def test_each_activity_runs_after_the_step_before_it_is_recorded() -> None:
     handle = client.start("tests.ls.three_steps", args=["order"])
     assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
@@ -93,18 +111,7 @@ def test_a_deposed_completion_writes_neither_the_step_nor_the_end() -> None:
 def test_a_crash_before_the_completion_runs_the_last_activity_again() -> None:
     handle = client.start("tests.ls.one_step", args=["crash"])
 
-    class Crash(BaseException):
-        pass
-
-    def crash(_context: dict[str, Any]) -> None:
-        raise Crash
-
-    faults.arm("before_complete", crash)
-    try:
-        with pytest.raises(Crash):
-            make_engine().run_turn(handle.run_id)
-    finally:
-        faults.disarm()
+    crash_before_completion(handle.run_id)
     assert steps_of(handle.run_id) == []  # held, not written: as a crash just after the attempt
     WorkflowRun.objects.filter(pk=handle.run_id).update(owner_id=None, lease_expires_at=None)
     assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
@@ -140,18 +147,7 @@ def test_the_end_of_a_sleep_is_recorded_by_the_next_write(on_postgres: bool) -> 
 def test_a_crash_before_the_sleeps_end_is_recorded_ends_it_again_on_replay() -> None:
     run_id = woken("tests.ls.nap", [3600])
 
-    class Crash(BaseException):
-        pass
-
-    def crash(_context: dict[str, Any]) -> None:
-        raise Crash
-
-    faults.arm("before_complete", crash)
-    try:
-        with pytest.raises(Crash):
-            make_engine().run_turn(run_id)
-    finally:
-        faults.disarm()
+    crash_before_completion(run_id)
     assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "waiting")]  # held, not written
     WorkflowRun.objects.filter(pk=run_id).update(owner_id=None, lease_expires_at=None)
     assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
