@@ -336,7 +336,7 @@ def _start(
         held = _held_key(store, spec)
         if held is not None:
             return StartResult(str(held.pk), held.workflow_id, created=False, record=RunRecord.of(held))
-        run = _create_run(store, spec, run_id)
+        run = _create_run(store, spec, run_id, observe.start_carrier())
         return StartResult(str(run.pk), run.workflow_id, created=True)
 
     # A debounced start retries too: on SQLite, a start of another process may win the
@@ -417,15 +417,14 @@ def _held_key(store: DjangoStore, spec: _StartSpec) -> WorkflowRun | None:
 
 
 def _create_run(
-    store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID, carrier: observe.Carrier | None = None
+    store: DjangoStore, spec: _StartSpec, run_id: uuid.UUID, carrier: observe.Carrier | None
 ) -> WorkflowRun:
     """Have the store insert the run (and its timers), or a debounced start's pending run;
     ring its doorbell on commit. Runs inside the caller's transaction. ``carrier`` is the
-    trace context the run stores (by default, the observers' current one)."""
+    trace context the run stores (the start's: :func:`observe.start_carrier` in it)."""
     dispatched = delivers(get_dispatcher())
     debounce = spec.definition.debounce
     starts_at: datetime | None
-    carrier = carrier or observe.start_carrier()
     if debounce is not None:
         # A burst's run is a delayed start: it takes a concurrency slot when it is due.
         # The doorbell rings at the time the burst's first start sets; a later start that

@@ -118,7 +118,9 @@ def tick(
     if work.orphans or work.timers:
         report.closed_children = store.sweep.close_orphaned_children(batch)
     parents = store.sweep.wake_waiting_parents(batch) if work.parents else []
-    if work.finalizers:
+    # A run timed out by its deadline or cancelled as an orphan in this sweep may have a
+    # finalizer due now.
+    if work.finalizers or (deliver and (work.timers or report.closed_children)):
         finalizers = store.finalizers.claim_due_finalizers(batch, weft_settings.REDISPATCH_AFTER, workflows)
         for run_id, attempt in finalizers:
             dispatch_finalizer(run_id, attempt, dispatcher)
@@ -135,9 +137,10 @@ def tick(
         for run_id in woken:
             ring_turn(dispatcher, run_id)
         report.handed_on = len(woken)
-    # Parts above make runs runnable (timers, schedules, admissions, woken parents): the
-    # dispatch reads whenever one of them did something, as well as when the probe saw work.
-    made_runnable = report.fired or report.schedules or report.admitted or parents
+    # Parts above make runs runnable (timers, schedules, admissions, woken parents, a
+    # parked child sent its parent's cancellation request): the dispatch reads whenever
+    # one of them did something, as well as when the probe saw work.
+    made_runnable = report.fired or report.schedules or report.admitted or parents or report.closed_children
     if deliver and (work.dispatch or made_runnable):
         runnable, expired, priorities = store.sweep.claim_dispatch_batch(
             batch,

@@ -110,7 +110,9 @@ class SweepProbe:
             "parents": self.sweep.waiting_parents(),
             "bulk": self.bulk_jobs.open_jobs(),
         }
-        if dispatch:
+        if dispatch and (workflows is None or workflows):
+            # (A worker with no workflow registered dispatches nothing: its reads would
+            # filter on an empty list, which Django refuses to compile.)
             reads["finalizers"] = self.finalizers.due_finalizers(now, workflows)
             reads["dispatch"] = self.sweep.runnable_runs(workflows)
             reads["expired"] = self.sweep.expired_runs(now, grace, workflows)

@@ -118,3 +118,28 @@ def test_a_parent_left_waiting_on_a_finished_child_is_seen_and_woken() -> None:
     WorkflowRun.objects.filter(pk=child.pk).update(status="completed", owner_id=None)
     assert pending() == SweepWork(parents=True)
     assert worker_tick().run_ids == [parent.run_id]
+
+
+def test_a_worker_with_no_workflow_registered_still_sweeps() -> None:
+    # Its sweep dispatches nothing to its own threads, and fires timers for everyone.
+    handle = client.start("tests.sleepy", kwargs={"seconds": 0.05})
+    park(handle.run_id)
+    time.sleep(0.1)
+    work = DjangoStore().probe.pending(grace=0.5, workflows=frozenset())
+    assert work == SweepWork(timers=True)
+    report = tick(LocalDispatcher(), redispatch_after=0.0, workflows=frozenset())
+    assert (report.fired, report.dispatched) == (1, 0)
+
+
+def test_a_child_a_timed_out_parent_sends_its_cancellation_request_is_dispatched_in_that_sweep() -> None:
+    options = {"seconds": 3600, "policy": "request_cancel"}
+    parent = client.start("tests.c.parent", args=["rc"], kwargs=options, execution_timeout=0.3)
+    park(parent.run_id)
+    child = WorkflowRun.objects.get(parent_id=parent.run_id)
+    park(str(child.pk))  # asleep for an hour
+    time.sleep(0.4)
+    assert pending() == SweepWork(timers=True)  # the parent's deadline, nothing runnable yet
+    report = worker_tick()
+    assert WorkflowRun.objects.get(pk=parent.run_id).status == "timed_out"
+    assert str(child.pk) in report.closed_children
+    assert str(child.pk) in report.run_ids  # woken to receive the request: sent at once, not a tick later
