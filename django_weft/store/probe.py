@@ -6,7 +6,8 @@ waiting parents, finalizers, concurrency hand-ons, dispatch, bulk jobs) would re
 own candidates, in a transaction of its own; here each part's candidate query, the very
 queryset the part reads first, becomes an ``EXISTS`` of one ``SELECT``, without a lock or
 a transaction, and the sweep runs only the parts that answered yes. Each ``EXISTS`` reads
-the partial index its part reads (docs/explanation/scaling.md, "The sweep")."""
+the partial index its part reads (docs/explanation/scaling.md, "What a step costs the
+primary")."""
 
 from __future__ import annotations
 
@@ -36,10 +37,6 @@ class SweepWork(NamedTuple):
     hand_ons: bool = False
     dispatch: bool = False
     bulk: bool = False
-
-    @property
-    def any(self) -> bool:
-        return any(self)
 
 
 class SweepProbe:
