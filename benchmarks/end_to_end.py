@@ -56,6 +56,9 @@ SETTINGS = "benchmarks.e2e_bench.settings"
 WEFT_DB = os.environ.get("WEFT_E2E_BENCH_DB", "weft_e2e_bench")
 DBOS_DB = "dbos_e2e_bench"
 WORKFLOW = "bench.steps"
+POLL_INTERVAL = 0.1
+"""Seconds between the polls that wait for a part's runs to end (the figures come from the
+times the database recorded, so a poll's delay adds nothing to them)."""
 QUEUE = "bench"
 
 
@@ -107,13 +110,20 @@ def wal_since(server: Server, position: str) -> int:
     return int(row[0])
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float, check: Callable[[], None]) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float,
+    check: Callable[[], None],
+    *,
+    interval: float = 0.02,
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         check()
         if time.monotonic() > deadline:
             raise RuntimeError(f"still waiting after {timeout} s for {what}")
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 class Process:
@@ -130,6 +140,11 @@ class Process:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def cpu_seconds(self) -> float:
+        """The CPU time (user and system, every thread) the process has used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def check_alive(self) -> None:
         if self.process.poll() is not None:
@@ -171,12 +186,16 @@ def drain(count: int, steps: int, check: Callable[[], None], timeout: float = 60
 
     began = time.time()
     ids = [client.start(WORKFLOW, args=[steps]).run_id for _ in range(count)]
-    wait_for(
-        lambda: WorkflowRun.objects.filter(pk__in=ids, status="completed").count() == count,
-        f"{count} weft runs",
-        timeout,
-        check,
-    )
+    # The database holds this benchmark's runs only, so "no run unfinished" is the wait:
+    # a query that stops at the first unfinished row. Asking after the ids themselves (a
+    # query of `count` parameters every poll) cost this process and the server milliseconds
+    # of CPU a poll, taken from the worker being measured. The figures come from the
+    # recorded finish times, not from when this loop notices.
+    unfinished = WorkflowRun.objects.filter(finished_at__isnull=True)
+    wait_for(lambda: not unfinished.exists(), f"{count} weft runs", timeout, check, interval=POLL_INTERVAL)
+    completed = WorkflowRun.objects.filter(pk__in=ids, status="completed").count()
+    if completed != count:
+        raise RuntimeError(f"{count - completed} of the {count} weft runs ended other than completed")
     return ids, began
 
 
@@ -241,25 +260,34 @@ def dbos_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measur
     argv = [str(Path(__file__).resolve()), "--dbos-worker", url, str(args.threads), str(args.dbos_polling)]
     worker = Process("dbos_worker", argv, log_dir, {})
     dbos_client: Any = None
+    watcher: psycopg.Connection[Any] | None = None
     try:
         wait_for(lambda: b"ready" in worker.log_path.read_bytes(), "the DBOS worker", 120, worker.check_alive)
+        # One connection for the polls, as the weft part has (a connection per poll made
+        # the server start a backend every poll, CPU taken from the worker being measured).
+        watcher = polls = psycopg.connect(url, autocommit=True)  # polls: never None, for the closures
         dbos_client = DBOSClient(system_database_url=url)
         options: Any = {"queue_name": QUEUE, "workflow_name": WORKFLOW}
 
         def succeeded(ids: list[str]) -> int:
-            with psycopg.connect(url) as conn:
-                row = conn.execute(
-                    "SELECT count(*) FROM dbos.workflow_status "
-                    "WHERE workflow_uuid = ANY(%s) AND status = 'SUCCESS'",
-                    [ids],
-                ).fetchone()
+            row = polls.execute(
+                "SELECT count(*) FROM dbos.workflow_status "
+                "WHERE workflow_uuid = ANY(%s) AND status = 'SUCCESS'",
+                [ids],
+            ).fetchone()
             assert row is not None
             return int(row[0])
 
         def drain(count: int) -> tuple[list[str], float]:
             began = time.time()
             ids = [dbos_client.enqueue(options, args.steps).get_workflow_id() for _ in range(count)]
-            wait_for(lambda: succeeded(ids) == count, f"{count} DBOS workflows", 600, worker.check_alive)
+            wait_for(
+                lambda: succeeded(ids) == count,
+                f"{count} DBOS workflows",
+                600,
+                worker.check_alive,
+                interval=POLL_INTERVAL,
+            )
             return ids, began
 
         drain(args.warmup)
@@ -267,12 +295,11 @@ def dbos_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measur
         ids, began = drain(args.runs)
         used = cpu_since(server, cpu)
         wal = wal_since(server, position)
-        with psycopg.connect(url) as conn:
-            row = conn.execute(
-                "SELECT max(updated_at), (SELECT count(*) FROM dbos.operation_outputs "
-                "WHERE workflow_uuid = ANY(%s)) FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)",
-                [ids, ids],
-            ).fetchone()
+        row = polls.execute(
+            "SELECT max(updated_at), (SELECT count(*) FROM dbos.operation_outputs "
+            "WHERE workflow_uuid = ANY(%s)) FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)",
+            [ids, ids],
+        ).fetchone()
         assert row is not None
         last_ms, outputs = row
         if outputs != args.runs * args.steps:
@@ -280,6 +307,8 @@ def dbos_part(server: Server, args: argparse.Namespace, log_dir: Path) -> Measur
     finally:
         if dbos_client is not None:
             dbos_client.destroy()
+        if watcher is not None:
+            watcher.close()
         worker.stop()
     return Measure(args.runs, args.steps, last_ms / 1000 - began, wal, used)
 

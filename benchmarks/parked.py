@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -176,9 +177,28 @@ def idle_ticks(count: int) -> list[float]:
     return times
 
 
-def timers_due(due: int, threads: int, log_dir: Path) -> tuple[float, float, int]:
-    """Seconds from moving ``due`` timers to now to the last of their runs' claims (woken)
-    and to the last of their ends, and how many of those runs completed."""
+@dataclass(frozen=True)
+class Wake:
+    """What waking the runs whose timers were moved to now took."""
+
+    woken_in: float
+    """Seconds from the move's commit to the last of those runs' claims."""
+    completed_in: float
+    """Seconds from the move's commit to the last of those runs' ends."""
+    runs: int
+    server_cpu: float | None
+    """CPU seconds the server's processes used from the move to the last end (``None``
+    when the server is not on this machine)."""
+    workers_cpu: float
+    """CPU seconds both ``weft_worker`` processes used over the same time."""
+
+    def per_run(self, seconds: float | None) -> str:
+        return "?" if seconds is None else f"{1_000_000 * seconds / self.runs:.0f}"
+
+
+def timers_due(server: Server, due: int, threads: int, log_dir: Path) -> Wake:
+    """Move ``due`` timers to now while two ``weft_worker`` processes run, and measure
+    their runs' wake-up (:class:`Wake`)."""
     from django.db import connection
     from django.db.models import Max
 
@@ -200,6 +220,8 @@ def timers_due(due: int, threads: int, log_dir: Path) -> tuple[float, float, int
 
     try:
         time.sleep(5)  # both workers up, listening and sweeping, with nothing due
+        server_cpu = server.cpu_seconds()
+        workers_cpu = sum(worker.cpu_seconds() for worker in workers)
         with connection.cursor() as cursor:
             # Their sleeps end now: the timer, the sleep's step and the run's waiting_on, in
             # one transaction (the engine honours the step's time, not the timer's).
@@ -224,16 +246,34 @@ def timers_due(due: int, threads: int, log_dir: Path) -> tuple[float, float, int
             cursor.execute("SELECT now()")
             (moved_at,) = cursor.fetchone()
             cursor.execute("COMMIT")
-        runs = WorkflowRun.objects.filter(pk__in=ids)
-        wait_for(lambda: runs.filter(status="completed").count() == len(ids), f"{due} woken runs", 600, alive)
-        last = runs.aggregate(claimed=Max("claimed_at"), finished=Max("finished_at"))
+            # The runs to wait for, kept by the server: a poll that sent their ids each time
+            # (a query of 10,000 parameters, 30 to 50 ms of this process's CPU and more of
+            # the server's) took the CPU the workers measured here need.
+            cursor.execute("CREATE TEMPORARY TABLE due_runs (id uuid PRIMARY KEY)")
+            cursor.execute("INSERT INTO due_runs SELECT unnest(%s::uuid[])", [ids])
+
+        def all_completed() -> bool:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT count(*) FROM due_runs JOIN {RUN} run USING (id) WHERE run.status <> 'completed'"
+                )
+                return cursor.fetchone()[0] == 0
+
+        wait_for(all_completed, f"{due} woken runs", 600, alive, interval=0.5)
+        workers_cpu = sum(worker.cpu_seconds() for worker in workers) - workers_cpu
+        server_now = server.cpu_seconds()
+        server_used = None if server_now is None or server_cpu is None else server_now - server_cpu
+        woken = WorkflowRun.objects.filter(pk__in=ids)
+        last = woken.aggregate(claimed=Max("claimed_at"), finished=Max("finished_at"))
     finally:
         for worker in workers:
             worker.stop()
-    return (
-        (last["claimed"] - moved_at).total_seconds(),
-        (last["finished"] - moved_at).total_seconds(),
-        len(ids),
+    return Wake(
+        woken_in=(last["claimed"] - moved_at).total_seconds(),
+        completed_in=(last["finished"] - moved_at).total_seconds(),
+        runs=len(ids),
+        server_cpu=server_used,
+        workers_cpu=workers_cpu,
     )
 
 
@@ -278,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--due", type=int, default=10_000, help="timers moved to now (10000)")
     parser.add_argument("--ticks", type=int, default=200, help="idle sweeps timed (200)")
     parser.add_argument("--threads", type=int, default=4, help="threads of each weft_worker (4)")
-    parser.add_argument("--requests", type=int, default=50, help="requests timed per page (50)")
+    parser.add_argument(
+        "--requests", type=int, default=50, help="requests timed per page (50); 0 skips the pages"
+    )
     args = parser.parse_args(argv)
     server = Server.from_env()
     os.environ["WEFT_E2E_BENCH_PAGES"] = "1"  # the admin and the REST API, for the pages
@@ -294,17 +336,21 @@ def main(argv: list[str] | None = None) -> int:
     ticks = idle_ticks(args.ticks)
     print(f"idle sweep: p50 {percentile(ticks, 0.5):.1f} ms p99 {percentile(ticks, 0.99):.1f} ms "
           f"(mean {1000 * statistics.fmean(ticks):.1f} ms)", flush=True)  # fmt: skip
-    pages = time_pages(args.requests)
+    pages = time_pages(args.requests) if args.requests else {}
     for name, times in pages.items():
         print(f"{name}: p50 {percentile(times, 0.5):.1f} ms p99 {percentile(times, 0.99):.1f} ms", flush=True)
-    woken_in, seconds, woken = timers_due(args.due, args.threads, log_dir)
-    print(f"{woken} timers due at once: all runs woken (claimed) in {woken_in:.2f} s, completed in "
-          f"{seconds:.2f} s", flush=True)  # fmt: skip
+    wake = timers_due(server, args.due, args.threads, log_dir)
+    cpu = (
+        f"CPU per run: server {wake.per_run(wake.server_cpu)} µs, workers {wake.per_run(wake.workers_cpu)} µs"
+    )
+    print(f"{wake.runs} timers due at once: all runs woken (claimed) in {wake.woken_in:.2f} s, completed in "
+          f"{wake.completed_in:.2f} s; {cpu}", flush=True)  # fmt: skip
     print(
         f"parked: {args.runs} runs, {args.schedules} schedules | idle sweep p50 "
-        f"{percentile(ticks, 0.5):.1f} ms, p99 {percentile(ticks, 0.99):.1f} ms (goal 5 and 20) | {woken} "
-        f"timers due: woken in {woken_in:.2f} s, completed in {seconds:.2f} s with 2 weft_worker x "
-        f"{args.threads} (goal: woken within 5 s) | p50 "
+        f"{percentile(ticks, 0.5):.1f} ms, p99 {percentile(ticks, 0.99):.1f} ms (goal 5 and 20) | "
+        f"{wake.runs} timers due: woken in {wake.woken_in:.2f} s, completed in {wake.completed_in:.2f} s "
+        f"with 2 weft_worker x {args.threads} (goal: woken within 5 s), {cpu}"
+        + (" | p50 " if pages else "")
         + ", ".join(f"{name} {percentile(times, 0.5):.1f} ms" for name, times in pages.items())
     )
     return 0
