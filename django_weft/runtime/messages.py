@@ -3,6 +3,7 @@ a read-only replay)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import uuid
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from ..engine.errors import (
     UpdateTimeout,
     UpdateValidationError,
     WeftError,
+    WorkflowNotFound,
     WorkflowTerminalError,
 )
 from ..engine.parking import handled_updates
@@ -44,10 +46,11 @@ from ..engine.run_logging import get_logger
 from ..engine.unwind import Unwind
 from ..models import Signal, Update, WorkflowRun
 from ..models.messages import UpdateStatus
+from ..store.intake import SignalDelivery
 from .awaiting import UPDATE_BACKOFF, Found, Pending, await_for, once, wait_for
 from .dispatch import delivers, get_dispatcher
 from .operations import OPERATIONS, UPDATE_WAIT_DEFAULT, WaitRule
-from .process import dispatch_on_commit, get_engine, get_store
+from .process import dispatch_on_commit, get_engine, get_store, sends_notices
 from .reading import get_run
 from .validation import validate_payload
 
@@ -116,28 +119,53 @@ def signal(
         name = _message_name(name, "signal")
         key = _message_key(signal_id, "signal_id") if signal_id is not None else None
         value = _encode_payload(payload, f"the payload of signal {name}")
-        run = get_run(ref)
-        seen.run_id, seen.workflow = str(run.pk), run.workflow_name
         store = get_store()
-        with transaction.atomic(using=store.alias):
-            stored, duplicate, woken = store.intake.deliver_signal(
-                run.pk,
+        delivered = delivers(get_dispatcher())
+
+        def deliver(run_pk: uuid.UUID) -> SignalDelivery:
+            # One statement on PostgreSQL, the notice to the workers in it: one round trip.
+            return store.intake.deliver_signal(
+                run_pk,
                 name,
                 value,
                 key,
-                dispatched=delivers(get_dispatcher()),
+                dispatched=delivered,
                 trace_context=observe.start_carrier(),
+                notify=sends_notices(),
             )
-            if woken:
-                dispatch_on_commit(str(run.pk))
-        if not duplicate:
+
+        run_pk = _as_run_id(ref)
+        delivery = None
+        if run_pk is not None:
+            # Most references are run ids: delivered without looking the run up first.
+            with contextlib.suppress(WorkflowNotFound):
+                delivery = deliver(run_pk)
+        if delivery is None:
+            # A workflow id (which may look like a run id): its latest run.
+            run_pk = get_run(ref).pk
+            delivery = deliver(run_pk)
+        seen.run_id, seen.workflow = str(run_pk), delivery.workflow_name
+        if delivery.woken and delivered:
+            dispatch_on_commit(str(run_pk))
+        stored = delivery.signal
+        if not delivery.duplicate:
             logger.info(
-                "run %s: signal %s received (#%s)%s", run.pk, name, stored.pk,
-                " and woke it" if woken else "",
-                extra=run_logging.fields_of(run.pk, run.workflow_id, run.workflow_name),
+                "run %s: signal %s received (#%s)%s", run_pk, name, stored.pk,
+                " and woke it" if delivery.woken else "",
+                extra=run_logging.fields_of(run_pk, delivery.workflow_id, delivery.workflow_name),
             )  # fmt: skip
-        seen.outcome = "duplicate" if duplicate else "stored"
-        return _accepted(stored, duplicate)
+        seen.outcome = "duplicate" if delivery.duplicate else "stored"
+        return _accepted(stored, delivery.duplicate)
+
+
+def _as_run_id(ref: str | uuid.UUID) -> uuid.UUID | None:
+    """``ref`` as a run id if it has a run id's shape, else ``None``."""
+    if isinstance(ref, uuid.UUID):
+        return ref
+    try:
+        return uuid.UUID(ref)
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def _replay(run: WorkflowRun) -> WorkflowContext:

@@ -562,7 +562,7 @@ def _signal_or_start(
     run = _existing_for_start(store, workflow_id, spec.on_conflict)
     if run is not None:
         try:
-            stored, duplicate, woken = store.intake.deliver_signal(
+            delivery = store.intake.deliver_signal(
                 run.pk, name, value, key, dispatched=dispatched, trace_context=observe.start_carrier()
             )
         except WorkflowTerminalError:
@@ -579,9 +579,11 @@ def _signal_or_start(
         created = run is None
         if run is None:
             run = _create_run(store, spec, uuid.uuid4(), run_carrier)
-        stored, duplicate, woken = store.intake.deliver_signal(
+        delivery = store.intake.deliver_signal(
             run.pk, name, value, key, dispatched=dispatched, trace_context=observe.start_carrier()
         )
-    if woken:
+    if delivery.woken:
         dispatch_on_commit(str(run.pk))
-    return SignalWithStartResult(str(run.pk), run.workflow_id, created, _accepted(stored, duplicate))
+    return SignalWithStartResult(
+        str(run.pk), run.workflow_id, created, _accepted(delivery.signal, delivery.duplicate)
+    )

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
 
 from .. import signals
 from ..engine.errors import (
@@ -20,6 +25,45 @@ from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerK
 from ..models import Signal, Timer, Update, WorkflowRun
 from .notices import NOTICE_HORIZON, NOTIFY_CHANNEL, work_notice
 from .sql import StoreSql
+
+_RUN = WorkflowRun._meta.db_table
+_SIGNAL = Signal._meta.db_table
+
+_DELIVER_SIGNAL_SQL = (
+    # The run's row lock first, as every writer takes it: it orders the run's signals
+    # and serialises the insert with the run's park (see Intake._lock_for_message).
+    f"WITH locked AS (SELECT id, status, waiting_on, workflow_id, workflow_name, priority FROM {_RUN} "
+    "WHERE id = %(id)s FOR UPDATE), "
+    f"stored AS (INSERT INTO {_SIGNAL} (run_id, name, payload, signal_id, received_at, consumed_seq, "
+    "trace_context) SELECT locked.id, %(name)s, %(payload)s, %(signal_id)s, %(received)s, NULL, %(trace)s "
+    "FROM locked WHERE NOT locked.status = ANY(%(terminal)s) "
+    "ON CONFLICT (run_id, name, signal_id) WHERE signal_id IS NOT NULL DO NOTHING RETURNING id), "
+    # A parked run that waits for this signal (or handles it) is runnable again.
+    f"woken AS (UPDATE {_RUN} AS run SET status = %(running)s, ready_at = now(), waiting_on = NULL, "
+    "dispatched_at = CASE WHEN %(dispatched)s THEN now() END, updated_at = now() FROM locked "
+    "WHERE run.id = locked.id AND locked.status = %(waiting)s "
+    "AND COALESCE(locked.waiting_on -> 'signals', '[]'::jsonb) ? %(name)s "
+    "AND EXISTS (SELECT 1 FROM stored) RETURNING run.id), "
+    # The notice's payload as notices.work_notice writes it: "<run id> <priority>".
+    "notice AS (SELECT pg_notify(%(channel)s, locked.id::text || ' ' || locked.priority::text) "
+    "FROM woken, locked WHERE %(notify)s) "
+    "SELECT locked.status, locked.workflow_id, locked.workflow_name, (SELECT id FROM stored), "
+    "EXISTS (SELECT 1 FROM woken), (SELECT count(*) FROM notice) FROM locked"
+)
+"""Intake.deliver_signal on PostgreSQL, in one statement."""
+
+
+@dataclass(frozen=True)
+class SignalDelivery:
+    """What :meth:`Intake.deliver_signal` did."""
+
+    signal: Signal
+    """The signal stored, or for a repeated ``signal_id`` the one stored first."""
+    duplicate: bool
+    woken: bool
+    """Whether the signal made its parked run runnable."""
+    workflow_id: str
+    workflow_name: str
 
 
 class Intake:
@@ -136,7 +180,7 @@ class Intake:
             self.sql.runs()
             .select_for_update()
             .filter(pk=run_pk)
-            .values("status", "waiting_on", "workflow_id", "workflow_name")
+            .values("status", "waiting_on", "workflow_id", "workflow_name", "priority")
             .first()
         )
         if run is None:
@@ -179,23 +223,117 @@ class Intake:
         *,
         dispatched: bool,
         trace_context: Carrier | None = None,
-    ) -> tuple[Signal, bool, bool]:
-        """Store a signal for the run, in the caller's transaction; returns ``(signal,
-        duplicate, woken)``. A repeated ``signal_id`` returns the stored signal.
-        ``trace_context`` is the sender's (:func:`..engine.observe.start_carrier`). Raises
-        ``WorkflowTerminalError`` for a finished run (storing nothing)."""
-        run = self._lock_for_message(run_pk)
+        notify: bool = False,
+    ) -> SignalDelivery:
+        """Store a signal for the run, in the caller's transaction if there is one (else in
+        one of its own). A repeated ``signal_id`` returns the stored signal.
+        ``trace_context`` is the sender's (:func:`..engine.observe.start_carrier`).
+        ``notify``: a run it wakes is told to the listening workers
+        (:meth:`notify_workers`). Raises ``WorkflowNotFound`` for a run that does not exist
+        and ``WorkflowTerminalError`` for a finished one (storing nothing).
+
+        On PostgreSQL one statement locks the run, stores the signal, wakes the run if it
+        waits for the signal, and sends the notice: one round trip, and outside a
+        transaction one commit."""
+        if self.sql.is_postgres:
+            at_once = self._deliver_signal_at_once
+            deliver = partial(at_once, run_pk, name, payload, signal_id, dispatched, trace_context, notify)
+            if not self.sql.connection.in_atomic_block:
+                return deliver()
+            # In the caller's transaction, a savepoint: a refusal or an error leaves it usable.
+            with transaction.atomic(using=self.sql.alias):
+                return deliver()
+        with transaction.atomic(using=self.sql.alias):
+            run = self._lock_for_message(run_pk)
+            delivery = self._deliver_signal(run_pk, run, name, payload, signal_id, dispatched, trace_context)
+            if delivery.woken and notify:
+                self.notify_workers(str(run_pk), priority=run["priority"])
+            return delivery
+
+    def _deliver_signal_at_once(
+        self,
+        run_pk: uuid.UUID,
+        name: str,
+        payload: Any,
+        signal_id: str | None,
+        dispatched: bool,
+        trace_context: Carrier | None,
+        notify: bool,
+    ) -> SignalDelivery:
+        connection = self.sql.connection
+        fields = {field.name: field for field in Signal._meta.concrete_fields}
+        received = timezone.now()
+        params = {
+            "id": self.sql.run_key(run_pk),
+            "name": name,
+            "payload": fields["payload"].get_db_prep_save(payload, connection),
+            "signal_id": signal_id,
+            "received": self.sql.dt(received),
+            "trace": fields["trace_context"].get_db_prep_save(trace_context, connection),
+            "terminal": sorted(TERMINAL_STATUSES),
+            "waiting": RunStatus.WAITING,
+            "running": RunStatus.RUNNING,
+            "dispatched": dispatched,
+            "notify": notify,
+            "channel": NOTIFY_CHANNEL,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(_DELIVER_SIGNAL_SQL, params)
+            row = cursor.fetchone()
+        if row is None:
+            raise WorkflowNotFound(f"run {run_pk} no longer exists", ref=str(run_pk))
+        status, workflow_id, workflow_name, signal_pk, woken, _ = row
+        if signal_pk is None:
+            if signal_id is not None:
+                # Stored before (ON CONFLICT): that acceptance is the answer, as for a repeat
+                # that arrives after the run finished.
+                existing = (
+                    Signal.objects.using(self.sql.alias)
+                    .filter(run_id=run_pk, name=name, signal_id=signal_id)
+                    .first()
+                )
+                if existing is not None:
+                    return SignalDelivery(existing, True, False, workflow_id, workflow_name)
+            run = {"status": status, "workflow_id": workflow_id, "workflow_name": workflow_name}
+            self._check_not_terminal(run_pk, run, "signals")
+            raise AssertionError(f"run {run_pk}: signal {name} was neither stored nor found stored")
+        stored = Signal(
+            id=signal_pk,
+            run_id=run_pk,
+            name=name,
+            payload=payload,
+            signal_id=signal_id,
+            received_at=received,
+            trace_context=trace_context,
+        )
+        stored._state.adding = False
+        stored._state.db = self.sql.alias
+        return SignalDelivery(stored, False, bool(woken), workflow_id, workflow_name)
+
+    def _deliver_signal(
+        self,
+        run_pk: uuid.UUID,
+        run: Mapping[str, Any],
+        name: str,
+        payload: Any,
+        signal_id: str | None,
+        dispatched: bool,
+        trace_context: Carrier | None,
+    ) -> SignalDelivery:
+        """:meth:`deliver_signal` for the ``run`` locked by :meth:`_lock_for_message`."""
+        names = run["workflow_id"], run["workflow_name"]
         signals = Signal.objects.using(self.sql.alias)
         if signal_id is not None:
             # Repeats serialise on the run row lock, so this look-up sees a concurrent one.
             existing = signals.filter(run_id=run_pk, name=name, signal_id=signal_id).first()
             if existing is not None:
-                return existing, True, False
+                return SignalDelivery(existing, True, False, *names)
         self._check_not_terminal(run_pk, run, "signals")
         stored = signals.create(
             run_id=run_pk, name=name, payload=payload, signal_id=signal_id, trace_context=trace_context
         )
-        return stored, False, self._wake_for_message(run_pk, run, "signals", name, dispatched)
+        woken = self._wake_for_message(run_pk, run, "signals", name, dispatched)
+        return SignalDelivery(stored, False, woken, *names)
 
     def accept_update(
         self,

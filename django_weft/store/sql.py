@@ -61,11 +61,11 @@ TIMER_TABLE = Timer._meta.db_table
 UPDATE_TABLE = Update._meta.db_table
 SIGNAL_TABLE = Signal._meta.db_table
 
-_STEP_COLUMNS = (
+STEP_COLUMNS = (
     "run_id, seq, kind, name, status, args, result, error, attempt, "
     "started_at, finished_at, created_at, updated_at, epoch, failed_attempts"
 )
-_STEP_ON_CONFLICT = (
+STEP_ON_CONFLICT = (
     "ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
     "result = excluded.result, error = excluded.error, attempt = excluded.attempt, "
     # An activity's step is its last attempt: when that began. A wait's began with the wait.
@@ -81,7 +81,7 @@ _LAST_STEP_VALUES = (
     "%(step_result)s::jsonb, %(step_error)s::jsonb, %(step_attempt)s, %(step_started)s, "
     "%(step_finished)s, %(step_stamp)s, %(step_stamp)s, %(step_epoch)s, %(step_failed)s::jsonb"
 )
-"""A step's values (:data:`_STEP_COLUMNS` after ``run_id``) in a statement that has other
+"""A step's values (:data:`STEP_COLUMNS` after ``run_id``) in a statement that has other
 ``result`` and ``error`` parameters: the terminal commit that records the last step."""
 
 _STEP_SQL: dict[str, str] = {}
@@ -422,8 +422,8 @@ class StoreSql:
             sql = _STEP_SQL[vendor] = self._build_step_sql()
         return sql
 
-    def _step_values(self) -> str:
-        """The step columns' placeholders (:data:`_STEP_COLUMNS` after ``run_id``)."""
+    def step_values(self) -> str:
+        """The step columns' placeholders (:data:`STEP_COLUMNS` after ``run_id``)."""
         cast = "::jsonb" if self.is_postgres else ""
         return (
             f"%(seq)s, %(kind)s, %(name)s, %(status)s, %(args)s{cast}, %(result)s{cast}, "
@@ -432,21 +432,21 @@ class StoreSql:
         )
 
     def _build_step_sql(self) -> str:
-        values = self._step_values()
+        values = self.step_values()
         if self.is_postgres:
             return (
                 f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND "
                 "owner_id = %(owner)s AND owner_epoch = %(epoch)s FOR UPDATE) "
-                f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT fence.id, {values} FROM fence "
-                f"{_STEP_ON_CONFLICT} RETURNING id"
+                f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {values} FROM fence "
+                f"{STEP_ON_CONFLICT} RETURNING id"
             )
         return (
-            f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT id, {values} FROM {RUN_TABLE} "
+            f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT id, {values} FROM {RUN_TABLE} "
             "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
-            f"{_STEP_ON_CONFLICT} RETURNING id"
+            f"{STEP_ON_CONFLICT} RETURNING id"
         )
 
-    def _step_params(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> dict[str, Any]:
+    def step_params(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> dict[str, Any]:
         connection = self.connection
         adapt = connection.ops.adapt_datetimefield_value
         return {
@@ -468,7 +468,7 @@ class StoreSql:
         }
 
     def write_step(self, cursor: CursorWrapper, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
-        cursor.execute(self._step_sql(), self._step_params(run_id, owner, epoch, step))
+        cursor.execute(self._step_sql(), self.step_params(run_id, owner, epoch, step))
         self._check_step_written(cursor.fetchone(), run_id, owner, epoch, step)
 
     @staticmethod
@@ -483,7 +483,7 @@ class StoreSql:
         if self.connection.vendor == "postgresql":
             # The hottest statement: prepared, so PostgreSQL parses and plans it once per
             # connection instead of once per step.
-            row = self.fetch_prepared(self._step_sql(), self._step_params(run_id, owner, epoch, step))
+            row = self.fetch_prepared(self._step_sql(), self.step_params(run_id, owner, epoch, step))
             self._check_step_written(row, run_id, owner, epoch, step)
             return
         with self.connection.cursor() as cursor:
@@ -526,7 +526,7 @@ class StoreSql:
         same row lock a step commit takes) feeding the step INSERT. SQLite: the same UPDATE,
         with ``json_patch`` (RFC 7396: a null removes the key), then the fenced step INSERT,
         in one transaction."""
-        params = self._step_params(run_id, owner, epoch, step)
+        params = self.step_params(run_id, owner, epoch, step)
         if self.is_postgres:
             kept = {key: value for key, value in attributes.items() if value is not None}
             now = self.sql_now(params)
@@ -534,8 +534,8 @@ class StoreSql:
                 f"WITH fence AS (UPDATE {RUN_TABLE} SET search_attributes = "
                 f"(search_attributes || %(set)s::jsonb) - %(removed)s::text[], updated_at = {now} "
                 "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s RETURNING id) "
-                f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT fence.id, {self._step_values()} "
-                f"FROM fence {_STEP_ON_CONFLICT} RETURNING id"
+                f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {self.step_values()} "
+                f"FROM fence {STEP_ON_CONFLICT} RETURNING id"
             )
             params["set"] = codec.dumps(kept)
             params["removed"] = [key for key in attributes if key not in kept]
@@ -602,11 +602,11 @@ class StoreSql:
         now = self.sql_now(params)
         last_step = ""
         if step is not None:
-            for name, value in self._step_params(run_id, owner, epoch, step).items():
+            for name, value in self.step_params(run_id, owner, epoch, step).items():
                 params[f"step_{name}"] = value
             last_step = (
-                f"stepped AS (INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT done.id, {_LAST_STEP_VALUES} "
-                f"FROM done {_STEP_ON_CONFLICT}), "
+                f"stepped AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT done.id, {_LAST_STEP_VALUES} "
+                f"FROM done {STEP_ON_CONFLICT}), "
             )
         sql = (
             f"WITH done AS (UPDATE {RUN_TABLE} SET status = %(status)s, result = %(result)s::jsonb, "
@@ -659,7 +659,7 @@ class StoreSql:
         params = {"old": self.run_key(old), "new": self.run_key(new), "cut": cut, "now": self.dt(now)}
         again = "(status = 'accepted' OR applied_seq >= %(cut)s)"
         statements = (
-            f"INSERT INTO {STEP_TABLE} ({_STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "
+            f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "
             "result, error, attempt, started_at, finished_at, created_at, updated_at, 0, failed_attempts "
             f"FROM {STEP_TABLE} WHERE run_id = %(old)s AND seq < %(cut)s",
             f"INSERT INTO {SIGNAL_TABLE} (run_id, name, payload, signal_id, received_at, consumed_seq) "

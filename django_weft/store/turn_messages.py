@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
+from django.db.models import BooleanField, CharField, IntegerField, Value
 
 from ..engine import codec
 from ..engine.attempt import cancellation_seen
@@ -21,7 +22,33 @@ from ..engine.records import (
 from ..models import Signal, Timer, Update
 from ..models.messages import UpdateStatus
 from .base import deposed
-from .sql import StoreSql
+from .sql import RUN_TABLE, SIGNAL_TABLE, STEP_COLUMNS, STEP_ON_CONFLICT, STEP_TABLE, TIMER_TABLE, StoreSql
+
+_FINISH_WAIT_SQL: str | None = None
+""":meth:`TurnMessages.finish_wait` on PostgreSQL, built once (:func:`_finish_wait_sql`)."""
+
+
+def _finish_wait_sql(sql: StoreSql) -> str:
+    """A wait's step, the signal it consumed and its timeout timer's removal, fenced, in one
+    statement. The fence locks the run row first, as every writer does. The signal is
+    consumed, the step written and the timer dropped only if the fence holds, and the step
+    only if the signal was still unconsumed, so a refused write leaves everything as it was.
+    Returns whether the fence held and whether the step was written."""
+    global _FINISH_WAIT_SQL
+    if _FINISH_WAIT_SQL is None:
+        _FINISH_WAIT_SQL = (
+            f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND owner_id = %(owner)s "
+            "AND owner_epoch = %(epoch)s FOR UPDATE), "
+            f"consumed AS (UPDATE {SIGNAL_TABLE} SET consumed_seq = %(seq)s WHERE id = %(signal)s "
+            "AND run_id = %(id)s AND consumed_seq IS NULL AND EXISTS (SELECT 1 FROM fence) RETURNING id), "
+            f"written AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {sql.step_values()} "
+            "FROM fence WHERE %(signal)s::bigint IS NULL OR EXISTS (SELECT 1 FROM consumed) "
+            f"{STEP_ON_CONFLICT} RETURNING id), "
+            f"dropped AS (DELETE FROM {TIMER_TABLE} WHERE run_id = %(id)s AND seq = %(seq)s "
+            "AND fired_at IS NULL AND EXISTS (SELECT 1 FROM written)) "
+            "SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM written)"
+        )
+    return _FINISH_WAIT_SQL
 
 
 class TurnMessages:
@@ -39,21 +66,47 @@ class TurnMessages:
         of each grow in commit order, and each kind keeps that order here; the two are
         interleaved by their arrival times."""
         key = uuid.UUID(str(run_id))
-        signals = [
-            (received, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload, trace_context=carrier))
-            for pk, name, payload, received, carrier in Signal.objects.using(self.sql.alias)
+        # Both kinds in one query (UNION ALL): one round trip.
+        pending_signals = (
+            Signal.objects.using(self.sql.alias)
             .filter(run_id=key, consumed_seq__isnull=True)
-            .order_by("id")
-            .values_list("pk", "name", "payload", "received_at", "trace_context")
+            .order_by()  # no ordering inside a UNION (SQLite refuses it); sorted below
+            .values_list(
+                Value(0, output_field=IntegerField()),
+                "pk",
+                "name",
+                "payload",
+                Value(None, output_field=CharField()),
+                Value(None, output_field=BooleanField()),
+                "received_at",
+                "trace_context",
+            )
+        )
+        pending_updates = (
+            Update.objects.using(self.sql.alias)
+            .filter(run_id=key, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
+            .order_by()
+            .values_list(
+                Value(1, output_field=IntegerField()),
+                "pk",
+                "name",
+                "payload",
+                "update_id",
+                "validated",
+                "created_at",
+                "trace_context",
+            )
+        )
+        rows = sorted(pending_signals.union(pending_updates, all=True), key=lambda row: (row[0], row[1]))
+        signals = [
+            (arrived, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload, trace_context=carrier))
+            for kind, pk, name, payload, _, _, arrived, carrier in rows
+            if kind == 0
         ]
         updates = [
-            (created, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id, validated, carrier))
-            for pk, name, payload, update_id, validated, created, carrier in Update.objects.using(
-                self.sql.alias
-            )
-            .filter(run_id=key, status=UpdateStatus.ACCEPTED, applied_seq__isnull=True)
-            .order_by("id")
-            .values_list("pk", "name", "payload", "update_id", "validated", "created_at", "trace_context")
+            (arrived, 1, PendingMessage(MessageKind.UPDATE, pk, name, payload, update_id, validated, carrier))
+            for kind, pk, name, payload, update_id, validated, arrived, carrier in rows
+            if kind == 1
         ]
         # A merge, not a sort: arrival times come from the senders' clocks, and a skewed
         # clock may interleave the kinds oddly but must not reorder signals (or updates).
@@ -72,8 +125,19 @@ class TurnMessages:
         self, run_id: str, owner: str, epoch: int, step: StepWrite, *, signal_pk: int | None = None
     ) -> None:
         """Record the step of a message wait or a signal handler's application, consume
-        the signal it took and drop the wait's timeout timer, in one fenced transaction.
-        The step write locks the run row first (the order every writer follows)."""
+        the signal it took and drop the wait's timeout timer, in one fenced transaction
+        (one statement on PostgreSQL). The step write locks the run row first (the order
+        every writer follows)."""
+        if self.sql.is_postgres:
+            params = self.sql.step_params(run_id, owner, epoch, step)
+            params["signal"] = signal_pk
+            row = self.sql.fetch_prepared(_finish_wait_sql(self.sql), params)
+            fenced, written = row if row is not None else (False, False)
+            if not fenced:
+                raise deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
+            if not written:
+                raise AssertionError(f"signal {signal_pk} of run {run_id} was consumed twice")
+            return
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.sql.alias):
             with self.sql.connection.cursor() as cursor:
