@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -20,31 +19,11 @@ from django_weft.engine.errors import Deposed, WorkflowNotFound, WorkflowTermina
 from django_weft.engine.executor import TurnOutcome
 from django_weft.engine.records import StepWrite
 from django_weft.models import Signal, Step, Timer, WorkflowRun
-from django_weft.runtime.dispatch import SweepOnlyDispatcher, use_dispatcher
 from django_weft.store import DjangoStore
-from django_weft.store.notices import NOTIFY_CHANNEL
 from django_weft.testing import make_engine
+from tests.support.notices import notices
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
-
-
-@pytest.fixture
-def listener() -> Iterator[psycopg.Connection[Any]]:
-    """A connection listening on the workers' channel, beside a web process's dispatcher."""
-    use_dispatcher(SweepOnlyDispatcher())
-    params = dict(connection.get_connection_params())
-    params.pop("cursor_factory", None)
-    listening = psycopg.connect(**params, autocommit=True)
-    listening.execute(f"LISTEN {NOTIFY_CHANNEL}")
-    try:
-        yield listening
-    finally:
-        listening.close()
-        use_dispatcher(None)
-
-
-def notices(listening: psycopg.Connection[Any], timeout: float = 1.0) -> list[str]:
-    return [notice.payload for notice in listening.notifies(timeout=timeout)]
 
 
 def parked_for_signal(signal: str = "go", count: int = 1, **options: Any) -> Any:

@@ -4,7 +4,6 @@ run, in the run's own ``INSERT`` when the start is outside a transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -14,29 +13,9 @@ from django.test.utils import CaptureQueriesContext
 
 from django_weft import client
 from django_weft.models import WorkflowRun
-from django_weft.runtime.dispatch import SweepOnlyDispatcher, use_dispatcher
-from django_weft.store.notices import NOTIFY_CHANNEL
+from tests.support.notices import notices
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
-
-
-@pytest.fixture
-def listener() -> Iterator[psycopg.Connection[Any]]:
-    """A connection listening on the workers' channel, as ``weft_worker``'s is."""
-    use_dispatcher(SweepOnlyDispatcher())  # a web process beside weft_worker
-    params = dict(connection.get_connection_params())
-    params.pop("cursor_factory", None)
-    listening = psycopg.connect(**params, autocommit=True)
-    listening.execute(f"LISTEN {NOTIFY_CHANNEL}")
-    try:
-        yield listening
-    finally:
-        listening.close()
-        use_dispatcher(None)
-
-
-def notices(listening: psycopg.Connection[Any], timeout: float = 1.0) -> list[str]:
-    return [notice.payload for notice in listening.notifies(timeout=timeout)]
 
 
 def test_a_start_outside_a_transaction_is_one_statement_and_its_notice(
