@@ -124,15 +124,21 @@ def signal(
 
         def deliver(run_pk: uuid.UUID) -> SignalDelivery:
             # One statement on PostgreSQL, the notice to the workers in it: one round trip.
-            return store.intake.deliver_signal(
-                run_pk,
-                name,
-                value,
-                key,
-                dispatched=delivered,
-                trace_context=observe.start_carrier(),
-                notify=sends_notices(),
-            )
+            try:
+                delivery = store.intake.deliver_signal(
+                    run_pk,
+                    name,
+                    value,
+                    key,
+                    dispatched=delivered,
+                    trace_context=observe.start_carrier(),
+                    notify=sends_notices(),
+                )
+            except WorkflowTerminalError as exc:
+                seen.run_id, seen.workflow = str(run_pk), getattr(exc, "workflow_name", None)
+                raise
+            seen.run_id, seen.workflow = str(run_pk), delivery.workflow_name
+            return delivery
 
         run_pk = _as_run_id(ref)
         delivery = None
@@ -144,7 +150,6 @@ def signal(
             # A workflow id (which may look like a run id): its latest run.
             run_pk = get_run(ref).pk
             delivery = deliver(run_pk)
-        seen.run_id, seen.workflow = str(run_pk), delivery.workflow_name
         if delivery.woken and delivered:
             dispatch_on_commit(str(run_pk))
         stored = delivery.signal

@@ -39,8 +39,8 @@ _DELIVER_SIGNAL_SQL = (
     "FROM locked WHERE NOT locked.status = ANY(%(terminal)s) "
     "ON CONFLICT (run_id, name, signal_id) WHERE signal_id IS NOT NULL DO NOTHING RETURNING id), "
     # A parked run that waits for this signal (or handles it) is runnable again.
-    f"woken AS (UPDATE {_RUN} AS run SET status = %(running)s, ready_at = now(), waiting_on = NULL, "
-    "dispatched_at = CASE WHEN %(dispatched)s THEN now() END, updated_at = now() FROM locked "
+    f"woken AS (UPDATE {_RUN} AS run SET status = %(running)s, ready_at = {{now}}, waiting_on = NULL, "
+    "dispatched_at = CASE WHEN %(dispatched)s THEN {now} END, updated_at = {now} FROM locked "
     "WHERE run.id = locked.id AND locked.status = %(waiting)s "
     "AND COALESCE(locked.waiting_on -> 'signals', '[]'::jsonb) ? %(name)s "
     "AND EXISTS (SELECT 1 FROM stored) RETURNING run.id), "
@@ -50,7 +50,8 @@ _DELIVER_SIGNAL_SQL = (
     "SELECT locked.status, locked.workflow_id, locked.workflow_name, (SELECT id FROM stored), "
     "EXISTS (SELECT 1 FROM woken), (SELECT count(*) FROM notice) FROM locked"
 )
-"""Intake.deliver_signal on PostgreSQL, in one statement."""
+"""Intake.deliver_signal on PostgreSQL, in one statement; ``{now}`` is the time it writes
+(:meth:`StoreSql.sql_now`)."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ class Intake:
                 f"finished run takes no {what}; start a new run",
                 run_id=str(run_pk),
                 workflow_id=run["workflow_id"],
+                workflow_name=run["workflow_name"],
                 status=run["status"],
             )
 
@@ -277,8 +279,9 @@ class Intake:
             "notify": notify,
             "channel": NOTIFY_CHANNEL,
         }
+        statement = _DELIVER_SIGNAL_SQL.format(now=self.sql.sql_now(params))
         with connection.cursor() as cursor:
-            cursor.execute(_DELIVER_SIGNAL_SQL, params)
+            cursor.execute(statement, params)
             row = cursor.fetchone()
         if row is None:
             raise WorkflowNotFound(f"run {run_pk} no longer exists", ref=str(run_pk))

@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_weft import client
+from django_weft.models import WorkflowRun
 from django_weft.testing import WeftTestEnvironment, make_engine
 
 from . import workflows as wf
@@ -51,3 +52,13 @@ def test_with_a_virtual_clock_they_bind_its_time() -> None:
     assert "now()" not in claim and "now()" not in finish
     assert "2033-03-03" in claim and "2033-03-03" in finish
     assert len(statements) == baseline
+
+
+def test_a_signal_wakes_its_run_at_the_virtual_clocks_time() -> None:
+    with WeftTestEnvironment(start=VIRTUAL):
+        handle = client.start("tests.m.collect", args=["go", 1])
+        make_engine().run_turn(handle.run_id)
+        client.get_handle(handle.run_id).signal("go", 1)
+        run = WorkflowRun.objects.get(pk=handle.run_id)
+        assert run.status == "running"
+        assert run.ready_at == run.updated_at == VIRTUAL

@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from django_weft import client
+from django_weft.engine.errors import WorkflowTerminalError
 from django_weft.engine.executor import TurnOutcome
 from django_weft.runtime import tick
 from django_weft.runtime.dispatch import SweepOnlyDispatcher
@@ -45,6 +46,17 @@ def test_the_turn_applying_an_update_links_to_its_sender(spans: InMemorySpanExpo
     assert [len(turn["links"]) for turn in turns] == [0, 1]
     assert turns[1]["links"] == [sent["span_id"]]
     assert sent["trace_id"] != turns[1]["trace_id"]  # linked, not a parent: two traces
+
+
+def test_a_signal_to_a_finished_run_is_an_error_span_that_names_the_run(spans: InMemorySpanExporter) -> None:
+    handle = client.start("tests.echo", args=[1])
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
+    with pytest.raises(WorkflowTerminalError):
+        handle.signal("x")
+    (refused,) = records(spans, "weft.signal ")
+    assert refused["attributes"]["weft.run_id"] == handle.run_id
+    assert refused["attributes"]["weft.workflow"] == "tests.echo"
+    assert refused["status"] == "ERROR"
 
 
 def test_signal_with_start_reports_its_signal_under_its_start(spans: InMemorySpanExporter) -> None:
