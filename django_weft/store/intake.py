@@ -24,22 +24,19 @@ from ..engine.parking import handled_updates, unknown_update_error
 from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
 from ..models import Signal, Timer, Update, WorkflowRun
 from .notices import NOTICE_HORIZON, NOTIFY_CHANNEL, work_notice
-from .sql import StoreSql
-
-_RUN = WorkflowRun._meta.db_table
-_SIGNAL = Signal._meta.db_table
+from .sql import RUN_TABLE, SIGNAL_TABLE, StoreSql
 
 _DELIVER_SIGNAL_SQL = (
     # The run's row lock first, as every writer takes it: it orders the run's signals
     # and serialises the insert with the run's park (see Intake._lock_for_message).
-    f"WITH locked AS (SELECT id, status, waiting_on, workflow_id, workflow_name, priority FROM {_RUN} "
+    f"WITH locked AS (SELECT id, status, waiting_on, workflow_id, workflow_name, priority FROM {RUN_TABLE} "
     "WHERE id = %(id)s FOR UPDATE), "
-    f"stored AS (INSERT INTO {_SIGNAL} (run_id, name, payload, signal_id, received_at, consumed_seq, "
+    f"stored AS (INSERT INTO {SIGNAL_TABLE} (run_id, name, payload, signal_id, received_at, consumed_seq, "
     "trace_context) SELECT locked.id, %(name)s, %(payload)s, %(signal_id)s, %(received)s, NULL, %(trace)s "
     "FROM locked WHERE NOT locked.status = ANY(%(terminal)s) "
     "ON CONFLICT (run_id, name, signal_id) WHERE signal_id IS NOT NULL DO NOTHING RETURNING id), "
     # A parked run that waits for this signal (or handles it) is runnable again.
-    f"woken AS (UPDATE {_RUN} AS run SET status = %(running)s, ready_at = {{now}}, waiting_on = NULL, "
+    f"woken AS (UPDATE {RUN_TABLE} AS run SET status = %(running)s, ready_at = {{now}}, waiting_on = NULL, "
     "dispatched_at = CASE WHEN %(dispatched)s THEN {now} END, updated_at = {now} FROM locked "
     "WHERE run.id = locked.id AND locked.status = %(waiting)s "
     "AND COALESCE(locked.waiting_on -> 'signals', '[]'::jsonb) ? %(name)s "
