@@ -22,7 +22,16 @@ from ..engine.records import (
 from ..models import Signal, Timer, Update
 from ..models.messages import UpdateStatus
 from .base import deposed
-from .sql import RUN_TABLE, SIGNAL_TABLE, STEP_COLUMNS, STEP_ON_CONFLICT, STEP_TABLE, TIMER_TABLE, StoreSql
+from .sql import (
+    RUN_TABLE,
+    SIGNAL_TABLE,
+    STEP_COLUMNS,
+    STEP_ON_CONFLICT,
+    STEP_TABLE,
+    TIMER_TABLE,
+    UPDATE_TABLE,
+    StoreSql,
+)
 
 _FINISH_WAIT_SQL: str | None = None
 """:meth:`TurnMessages.finish_wait` on PostgreSQL, built once (:func:`_finish_wait_sql`)."""
@@ -49,6 +58,31 @@ def _finish_wait_sql(sql: StoreSql) -> str:
             "SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM written)"
         )
     return _FINISH_WAIT_SQL
+
+
+_UPDATE_STEP_SQL: dict[tuple[str, str, str], str] = {}
+"""The statements of :meth:`TurnMessages.apply_update` and :meth:`TurnMessages.answer_update`
+on PostgreSQL, by what they set and the time expression (:func:`_update_step_sql`)."""
+
+
+def _update_step_sql(sql: StoreSql, assignments: str, condition: str, now: str) -> str:
+    """A step and a change to the update it is for (``assignments``, then ``updated_at``,
+    where ``condition`` holds), fenced, in one statement: the update row changes only if
+    the step was written, which it is only if the fence holds. Returns whether the fence
+    held."""
+    key = (assignments, condition, now)
+    statement = _UPDATE_STEP_SQL.get(key)
+    if statement is None:
+        statement = _UPDATE_STEP_SQL[key] = (
+            f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND owner_id = %(owner)s "
+            "AND owner_epoch = %(epoch)s FOR UPDATE), "
+            f"written AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {sql.step_values()} "
+            f"FROM fence {STEP_ON_CONFLICT} RETURNING id), "
+            f"changed AS (UPDATE {UPDATE_TABLE} SET {assignments}, updated_at = {now} "
+            f"WHERE id = %(update)s AND run_id = %(id)s AND {condition} AND EXISTS (SELECT 1 FROM written)) "
+            "SELECT EXISTS (SELECT 1 FROM fence)"
+        )
+    return statement
 
 
 class TurnMessages:
@@ -155,6 +189,10 @@ class TurnMessages:
     def apply_update(self, run_id: str, owner: str, epoch: int, step: StepWrite, update_pk: int) -> None:
         """Record that the update's handler starts at ``step.seq`` (fenced); from then on
         the update is not pending, and a crash re-runs the handler from its step."""
+        if self.sql.is_postgres:
+            self._write_update_step(run_id, owner, epoch, step, update_pk, "applied_seq = %(seq)s",
+                                    "applied_seq IS NULL", {})  # fmt: skip
+            return
         with transaction.atomic(using=self.sql.alias):
             with self.sql.connection.cursor() as cursor:
                 self.sql.write_step(cursor, run_id, owner, epoch, step)
@@ -176,6 +214,24 @@ class TurnMessages:
     ) -> None:
         """Record the update's outcome on its step and on its row, fenced: the caller
         waiting for the update reads the row."""
+        if self.sql.is_postgres:
+            fields = {field.name: field for field in Update._meta.concrete_fields}
+            connection = self.sql.connection
+            outcome = {
+                "update_status": UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
+                "accepted": UpdateStatus.ACCEPTED,
+                # As the ORM writes them: a JSON null is stored as SQL NULL.
+                "update_result": fields["result"].get_db_prep_save(
+                    codec.loads(result_json) if result_json is not None else None, connection
+                ),
+                "update_error": fields["error"].get_db_prep_save(
+                    codec.loads(error_json) if error_json is not None else None, connection
+                ),
+            }
+            assignments = "status = %(update_status)s, result = %(update_result)s, error = %(update_error)s"
+            self._write_update_step(run_id, owner, epoch, step, update_pk, assignments,
+                                    "status = %(accepted)s", outcome)  # fmt: skip
+            return
         with transaction.atomic(using=self.sql.alias):
             with self.sql.connection.cursor() as cursor:
                 self.sql.write_step(cursor, run_id, owner, epoch, step)
@@ -187,6 +243,25 @@ class TurnMessages:
                 error=codec.loads(error_json) if error_json is not None else None,
                 updated_at=self.sql.now_value(),
             )
+
+    def _write_update_step(
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        step: StepWrite,
+        update_pk: int,
+        assignments: str,
+        condition: str,
+        extra: dict[str, Any],
+    ) -> None:
+        """:func:`_update_step_sql` run (PostgreSQL). Raises ``Deposed``, having written
+        nothing, when the fence does not hold."""
+        params = {**self.sql.step_params(run_id, owner, epoch, step), **extra, "update": update_pk}
+        statement = _update_step_sql(self.sql, assignments, condition, self.sql.sql_now(params))
+        row = self.sql.fetch_prepared(statement, params)
+        if row is None or not row[0]:
+            raise deposed(run_id, owner, epoch, f"step {step.seq} ({step.kind} {step.name})")
 
     def fail_update(self, run_id: str, owner: str, epoch: int, update_pk: int, error: dict[str, Any]) -> None:
         """Answer a pending update with ``error`` without applying it, fenced."""

@@ -1,7 +1,7 @@
-"""A signal's round trips on PostgreSQL: the sender's delivery is one statement (the run's
-lock, the signal, the wake-up and the workers' notice), and the turn that consumes it
-reads the pending messages in one query and records the consumption in one fenced
-statement (docs/explanation/architecture.md, "Work notices")."""
+"""Messages' round trips on PostgreSQL: a signal's delivery is one statement (the run's
+lock, the signal, the wake-up and the workers' notice); the turn that consumes it reads
+the pending messages in one query and records the consumption in one fenced statement;
+an update's application and its answer are one fenced statement each."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from django_weft import client
 from django_weft.engine.errors import Deposed, WorkflowNotFound, WorkflowTerminalError
 from django_weft.engine.executor import TurnOutcome
 from django_weft.engine.records import StepWrite
-from django_weft.models import Signal, Step, Timer, WorkflowRun
+from django_weft.models import Signal, Step, Timer, Update, WorkflowRun
+from django_weft.runtime.messages import accept_update
 from django_weft.store import DjangoStore
 from django_weft.testing import make_engine
 from tests.support.notices import notices
@@ -166,3 +167,39 @@ def test_a_signal_consumed_twice_is_refused_and_writes_nothing() -> None:
         store.turns.finish_wait(handle.run_id, "engine-x", owned.epoch, step, signal_pk=accepted.sequence)
     assert Timer.objects.filter(run_id=handle.run_id, seq=0, fired_at__isnull=True).exists()
     assert Step.objects.get(run_id=handle.run_id, seq=0).status != "completed"
+
+
+def test_an_update_is_applied_and_answered_in_one_statement_each() -> None:
+    handle = client.start("tests.m.cart", args=["u"])
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
+    update_pk, _ = accept_update(handle.run_id, "close", None)
+    with CaptureQueriesContext(connection) as queries:
+        assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
+    statements = [query["sql"] for query in queries]
+    # The handler's step with the update marked applied, then its answer: one fenced
+    # statement each (the completion also answers updates left pending; none here).
+    writes = [sql for sql in statements if sql.startswith("WITH fence AS") and "django_weft_update SET" in sql]
+    assert len(writes) == 2, [sql[:100] for sql in statements]
+    assert not any(sql in ("BEGIN", "COMMIT") for sql in statements)
+    row = Update.objects.get(pk=update_pk)
+    assert (row.status, row.result, row.error, row.applied_seq) == ("completed", "closed", None, 1)
+
+
+def test_a_deposed_update_answer_writes_nothing() -> None:
+    handle = client.start("tests.m.cart", args=["d"])
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
+    update_pk, _ = accept_update(handle.run_id, "close", None)
+    store = DjangoStore()
+    owned = store.turns.claim(handle.run_id, "engine-x", 30, 0)
+    assert owned is not None
+    WorkflowRun.objects.filter(pk=handle.run_id).update(owner_epoch=owned.epoch + 1)  # taken over
+    now = owned.db_now
+    step = StepWrite(0, "handler", "update:close", "completed", None, '"closed"', None, 1, now, now)
+    with pytest.raises(Deposed):
+        store.turns.apply_update(handle.run_id, "engine-x", owned.epoch, step, update_pk)
+    with pytest.raises(Deposed):
+        store.turns.answer_update(handle.run_id, "engine-x", owned.epoch, step, update_pk,
+                                  ok=True, result_json='"closed"', error_json=None)  # fmt: skip
+    row = Update.objects.get(pk=update_pk)
+    assert (row.status, row.result, row.applied_seq) == ("accepted", None, None)
+    assert not Step.objects.filter(run_id=handle.run_id, kind="handler").exists()
