@@ -131,7 +131,10 @@ class TurnMessages:
                 "trace_context",
             )
         )
-        rows = sorted(pending_signals.union(pending_updates, all=True), key=lambda row: (row[0], row[1]))
+        # No ORDER BY on the union either (Django 6 would add the model's default ordering,
+        # a column the union does not select): sorted here, by kind and then id.
+        both = pending_signals.union(pending_updates, all=True).order_by()
+        rows = sorted(both, key=lambda row: (row[0], row[1]))
         signals = [
             (arrived, 0, PendingMessage(MessageKind.SIGNAL, pk, name, payload, trace_context=carrier))
             for kind, pk, name, payload, _, _, arrived, carrier in rows
