@@ -178,7 +178,8 @@ def test_an_update_is_applied_and_answered_in_one_statement_each() -> None:
     statements = [query["sql"] for query in queries]
     # The handler's step with the update marked applied, then its answer: one fenced
     # statement each (the completion also answers updates left pending; none here).
-    writes = [sql for sql in statements if sql.startswith("WITH fence AS") and "django_weft_update SET" in sql]
+    fenced = [sql for sql in statements if sql.startswith("WITH fence AS")]
+    writes = [sql for sql in fenced if "django_weft_update SET" in sql]
     assert len(writes) == 2, [sql[:100] for sql in statements]
     assert not any(sql in ("BEGIN", "COMMIT") for sql in statements)
     row = Update.objects.get(pk=update_pk)
