@@ -51,7 +51,7 @@ from .awaiting import UPDATE_BACKOFF, Found, Pending, await_for, once, wait_for
 from .dispatch import delivers, get_dispatcher
 from .operations import OPERATIONS, UPDATE_WAIT_DEFAULT, WaitRule
 from .process import dispatch_on_commit, get_engine, get_store, sends_notices
-from .reading import get_run
+from .reading import as_run_id, get_run
 from .validation import validate_payload
 
 logger = get_logger("django_weft.runtime")
@@ -140,7 +140,7 @@ def signal(
             seen.run_id, seen.workflow = str(run_pk), delivery.workflow_name
             return delivery
 
-        run_pk = _as_run_id(ref)
+        run_pk = as_run_id(ref)
         delivery = None
         if run_pk is not None:
             # Most references are run ids: delivered without looking the run up first.
@@ -161,16 +161,6 @@ def signal(
             )  # fmt: skip
         seen.outcome = "duplicate" if delivery.duplicate else "stored"
         return _accepted(stored, delivery.duplicate)
-
-
-def _as_run_id(ref: str | uuid.UUID) -> uuid.UUID | None:
-    """``ref`` as a run id if it has a run id's shape, else ``None``."""
-    if isinstance(ref, uuid.UUID):
-        return ref
-    try:
-        return uuid.UUID(ref)
-    except (ValueError, TypeError, AttributeError):
-        return None
 
 
 def _replay(run: WorkflowRun) -> WorkflowContext:

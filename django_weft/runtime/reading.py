@@ -64,10 +64,7 @@ def get_run(ref: str | uuid.UUID, *, may_lag: bool = False) -> WorkflowRun:
     database never sees text it would refuse."""
     runs = run_queryset(may_lag=may_lag)
     run = None
-    try:
-        run_uuid = ref if isinstance(ref, uuid.UUID) else uuid.UUID(str(ref))
-    except ValueError:
-        run_uuid = None
+    run_uuid = as_run_id(ref)
     if run_uuid is not None:
         run = runs.filter(pk=run_uuid).first()
     if run is None and could_be_workflow_id(str(ref)):
@@ -75,6 +72,17 @@ def get_run(ref: str | uuid.UUID, *, may_lag: bool = False) -> WorkflowRun:
     if run is None:
         raise WorkflowNotFound(f"no workflow run has run id or workflow id {str(ref)!r}", ref=str(ref))
     return run
+
+
+def as_run_id(ref: str | uuid.UUID) -> uuid.UUID | None:
+    """``ref`` as a run id if it has a run id's shape, else ``None`` (it may still be a
+    workflow id that looks like one: :func:`get_run` tries both)."""
+    if isinstance(ref, uuid.UUID):
+        return ref
+    try:
+        return uuid.UUID(str(ref))
+    except ValueError:
+        return None
 
 
 def could_be_workflow_id(text: str) -> bool:

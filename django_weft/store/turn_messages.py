@@ -217,19 +217,20 @@ class TurnMessages:
     ) -> None:
         """Record the update's outcome on its step and on its row, fenced: the caller
         waiting for the update reads the row."""
+        status = UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED
+        result = codec.loads(result_json) if result_json is not None else None
+        error = codec.loads(error_json) if error_json is not None else None
         if self.sql.is_postgres:
-            fields = {field.name: field for field in Update._meta.concrete_fields}
-            connection = self.sql.connection
+            fields, connection = (
+                {field.name: field for field in Update._meta.concrete_fields},
+                self.sql.connection,
+            )
             outcome = {
-                "update_status": UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
+                "update_status": status,
                 "accepted": UpdateStatus.ACCEPTED,
                 # As the ORM writes them: a JSON null is stored as SQL NULL.
-                "update_result": fields["result"].get_db_prep_save(
-                    codec.loads(result_json) if result_json is not None else None, connection
-                ),
-                "update_error": fields["error"].get_db_prep_save(
-                    codec.loads(error_json) if error_json is not None else None, connection
-                ),
+                "update_result": fields["result"].get_db_prep_save(result, connection),
+                "update_error": fields["error"].get_db_prep_save(error, connection),
             }
             assignments = "status = %(update_status)s, result = %(update_result)s, error = %(update_error)s"
             self._write_update_step(run_id, owner, epoch, step, update_pk, assignments,
@@ -240,12 +241,7 @@ class TurnMessages:
                 self.sql.write_step(cursor, run_id, owner, epoch, step)
             Update.objects.using(self.sql.alias).filter(
                 pk=update_pk, run_id=uuid.UUID(str(run_id)), status=UpdateStatus.ACCEPTED
-            ).update(
-                status=UpdateStatus.COMPLETED if ok else UpdateStatus.FAILED,
-                result=codec.loads(result_json) if result_json is not None else None,
-                error=codec.loads(error_json) if error_json is not None else None,
-                updated_at=self.sql.now_value(),
-            )
+            ).update(status=status, result=result, error=error, updated_at=self.sql.now_value())
 
     def _write_update_step(
         self,
