@@ -74,10 +74,16 @@ def child_in_memory(variant: str, runs: int, steps: int, warmup: int) -> None:
     from django_weft.engine.testing.memory_store import memory_engine
 
     assert Path(django_weft.__file__).resolve().parent.parent in {REPO_ROOT, *map(Path, sys.path[:1])}
-    if variant == "metrics":
+    if variant in ("metrics", "observed"):
         from django_weft import metrics
 
         metrics.enable()
+    if variant in ("traced", "observed"):
+        from benchmarks.steps import install_dropping_sdk
+        from django_weft import tracing
+
+        install_dropping_sdk()
+        tracing.install()
 
     def noop(value: int) -> int:
         return value

@@ -429,11 +429,13 @@ class PgBench:
     def measure(self, seconds: int, clients: int = 1) -> tuple[float, float | None]:
         """Transactions per second of ``clients`` connections, and the server's CPU µs per
         transaction meanwhile (``None`` for a server on another machine)."""
-        # The backends of connections closed just before (a worker stopped) exit first: a
-        # reading of /proc taken while the postmaster reaps them can count one twice or not at all.
+        # A backend whose connection just closed (a worker stopped before, pgbench's own
+        # after) exits on its own time: a reading of /proc taken while it exits and the
+        # postmaster reaps it can count its CPU twice or not at all. So each reading waits.
         time.sleep(0.5)
         cpu = self.server.cpu_seconds()
         output = self._run("-N", "-c", str(clients), "-j", str(clients), "-T", str(seconds))
+        time.sleep(0.5)
         after = self.server.cpu_seconds()
         match, count = _TPS.search(output), _TRANSACTIONS.search(output)
         if match is None or count is None:
@@ -532,6 +534,11 @@ def main(argv: list[str] | None = None) -> int:
     # The three parts alternate round by round, so a slow patch of the machine (shared
     # disks and CPUs drift) weighs on all of them rather than on one.
     for number in range(1, rounds + 1):
+        # With an observed part, the two weft parts take turns going first: the second of
+        # a pair meets a table the first has just grown, and autovacuum after it.
+        observed_first = bool(observed) and number % 2 == 0
+        if observed_first:
+            traced.append(bench_weft_observed(runs, steps, tracing=args.tracing, metrics=args.metrics))
         result = bench_weft(runs, steps)
         weft.append(result)
         line = [
@@ -539,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
             f"({result.drive.ms_per_step:.3f} ms/step; start {result.ms_per_start:.2f} ms/run)"
         ]
         if observed:
-            traced.append(bench_weft_observed(runs, steps, tracing=args.tracing, metrics=args.metrics))
+            if not observed_first:
+                traced.append(bench_weft_observed(runs, steps, tracing=args.tracing, metrics=args.metrics))
             line.append(
                 f"weft {observed} {traced[-1].drive.per_second:.0f} steps/s "
                 f"({traced[-1].drive.ms_per_step:.3f} ms/step; start {traced[-1].ms_per_start:.2f} ms/run)"
