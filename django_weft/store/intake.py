@@ -3,6 +3,7 @@ the run is left unowned and runnable for a worker to claim."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -10,7 +11,8 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from django.db import transaction
+from django.db import models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from .. import signals
@@ -51,6 +53,76 @@ _DELIVER_SIGNAL_SQL = (
 (:meth:`StoreSql.sql_now`)."""
 
 
+class _RunInsert:
+    """A new run's ``INSERT`` on PostgreSQL, written once per process from the model's
+    fields and prepared on each connection (:meth:`StoreSql.fetch_prepared`): Django's
+    insert compiler and its client-side quoting of some forty values cost a start about
+    a third of its CPU, and the server parsed and planned the statement every time
+    (docs/benchmarks.md, "Starts"). Every column is written as ``save()`` writes it: the
+    instance's value (a field's default where the start gave none), ``auto_now`` times
+    from :meth:`~django.db.models.Field.pre_save`; ``ready_at`` and ``dispatched_at``
+    are the statement's time (or the virtual clock's, ``now``). The notice to the
+    listening workers is in the same statement when ``notify`` is true."""
+
+    def __init__(self) -> None:
+        moment = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
+        columns = ["ready_at", "dispatched_at"]
+        values = [moment, f"CASE WHEN %(dispatched)s THEN {moment} END"]
+        self.fields: list[tuple[str, str, Any]] = []
+        for field in WorkflowRun._meta.local_concrete_fields:
+            if field.generated or field.attname in ("ready_at", "dispatched_at"):
+                continue
+            if isinstance(field, models.JSONField):
+                kind = "json"
+            elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+                kind = "stamp"
+            else:
+                kind = "native" if isinstance(field, _NATIVE_FIELDS) else "prepared"
+            columns.append(f'"{field.column}"')
+            values.append(f"%({field.attname})s::jsonb" if kind == "json" else f"%({field.attname})s")
+            self.fields.append((field.attname, kind, field))
+        self.statement = (
+            f"WITH inserted AS (INSERT INTO {RUN_TABLE} ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+            "RETURNING 1) SELECT pg_notify(%(channel)s, %(notice)s) FROM inserted WHERE %(notify)s"
+        )
+
+    def params(self, run: WorkflowRun, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        """The values of ``run``'s columns, as the database takes them (psycopg adapts
+        UUIDs, strings, numbers and aware times itself; JSON is sent as text)."""
+        params: dict[str, Any] = {}
+        for attname, kind, field in self.fields:
+            if kind == "native":
+                params[attname] = getattr(run, attname)
+            elif kind == "json":
+                value = getattr(run, attname)
+                null = value is None and field.null
+                params[attname] = None if null else json.dumps(value, cls=field.encoder)
+            elif kind == "stamp":
+                params[attname] = field.pre_save(run, True)
+            else:
+                params[attname] = field.get_db_prep_save(getattr(run, attname), connection)
+        return params
+
+
+_NATIVE_FIELDS = (
+    models.UUIDField,
+    models.CharField,
+    models.IntegerField,
+    models.BooleanField,
+    models.DateTimeField,
+    models.ForeignKey,
+)
+"""Fields whose Python value psycopg adapts as Django would (no conversion on the way)."""
+
+_RUN_INSERT: list[_RunInsert] = []
+
+
+def _run_insert() -> _RunInsert:
+    if not _RUN_INSERT:
+        _RUN_INSERT.append(_RunInsert())
+    return _RUN_INSERT[0]
+
+
 @dataclass(frozen=True)
 class SignalDelivery:
     """What :meth:`Intake.deliver_signal` did."""
@@ -87,11 +159,21 @@ class Intake:
             "dispatched_at": self.sql.now_value() if dispatched else None,
             **fields,
         }
-        if not (notify and self.sql.is_postgres):
+        if not self.sql.is_postgres:
             return self.sql.runs().create(**values)
         run = WorkflowRun(**values)
-        notice = work_notice(str(run_id), run.priority)
-        self.sql.insert_then(run, "SELECT pg_notify(%s, %s) FROM inserted", [NOTIFY_CHANNEL, notice])
+        insert = _run_insert()
+        params = insert.params(run, self.sql.connection)
+        params.update(
+            now=None if self.sql.clock_in_sql else self.sql.local_now(),
+            dispatched=dispatched,
+            notify=notify,
+            channel=NOTIFY_CHANNEL,
+            notice=work_notice(str(run_id), run.priority),
+        )
+        self.sql.fetch_prepared(insert.statement, params)
+        run._state.adding = False
+        run._state.db = self.sql.alias
         return run
 
     def create_run(

@@ -26,9 +26,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Model
 from django.db.models.functions import Now
-from django.db.models.sql import InsertQuery
 from django.dispatch import Signal as DjangoSignal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -207,20 +205,6 @@ class StoreSql:
                 row = cursor.fetchone()
         assert row is not None
         return [bool(value) for value in row]
-
-    def insert_then(self, instance: Model, then: str, params: Sequence[Any]) -> None:
-        """INSERT ``instance`` (a new row, as ``save()`` would write it) and run ``then``, a
-        SELECT that may read the CTE ``inserted`` (one row per inserted row), in one
-        statement: one round trip, and in autocommit one commit for both (PostgreSQL)."""
-        meta = instance._meta
-        fields = [field for field in meta.local_concrete_fields if not field.generated]
-        query = InsertQuery(type(instance))
-        query.insert_values(fields, [instance])
-        ((sql, insert_params),) = query.get_compiler(using=self.alias).as_sql()
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"WITH inserted AS ({sql} RETURNING 1) {then}", [*insert_params, *params])
-        instance._state.adding = False
-        instance._state.db = self.alias
 
     def run_key(self, run_id: str | uuid.UUID) -> Any:
         value = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
