@@ -358,10 +358,8 @@ class Intake:
             "notify": notify,
             "channel": NOTIFY_CHANNEL,
         }
-        statement = _DELIVER_SIGNAL_SQL.format(now=self.sql.sql_now(params))
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            row = cursor.fetchone()
+        # Prepared: the server plans this statement once per connection, not per signal.
+        row = self.sql.fetch_prepared(_DELIVER_SIGNAL_SQL.format(now=self.sql.sql_now(params)), params)
         if row is None:
             raise WorkflowNotFound(f"run {run_pk} no longer exists", ref=str(run_pk))
         status, workflow_id, workflow_name, signal_pk, woken, _ = row
