@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -52,6 +52,8 @@ except ImportError:  # SQLite-only installs
 from .base import deposed, unanswered_error
 
 logger = get_logger("django_weft.store")
+
+_Fetched = TypeVar("_Fetched")
 
 RUN_TABLE = WorkflowRun._meta.db_table
 STEP_TABLE = Step._meta.db_table
@@ -395,8 +397,11 @@ class StoreSql:
             f"SELECT seq, kind, name, status, result, error, attempt, {times}, "
             f"failed_attempts FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
         )
+        params = {"id": self.run_key(run_id)}
+        if self.is_postgres:  # once per turn of a run with a history: prepared
+            return {row[0]: _step_record(row) for row in self.fetch_all_prepared(sql, params)}
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, {"id": self.run_key(run_id)})
+            cursor.execute(sql, params)
             return {row[0]: _step_record(row) for row in cursor.fetchall()}
 
     def _step_sql(self) -> str:
@@ -479,6 +484,20 @@ class StoreSql:
         """On PostgreSQL: run ``statement`` as a server-side prepared statement on the
         underlying psycopg connection (``WEFT_PREPARE_STATEMENTS``; Django's default
         client-side binding cannot prepare) and return its first row."""
+        return self._run_prepared(statement, params, psycopg.Cursor.fetchone)
+
+    def fetch_all_prepared(
+        self, statement: str, params: Mapping[str, Any] | Sequence[Any]
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`fetch_prepared`, every row."""
+        return self._run_prepared(statement, params, psycopg.Cursor.fetchall)
+
+    def _run_prepared(
+        self,
+        statement: str,
+        params: Mapping[str, Any] | Sequence[Any],
+        fetch: Callable[[psycopg.Cursor[Any]], _Fetched],
+    ) -> _Fetched:
         connection = self.connection
         connection.ensure_connection()
         raw = connection.connection
@@ -493,7 +512,7 @@ class StoreSql:
             # Django's error wrapping, as its own cursors have: a dropped connection raises
             # Django's OperationalError and marks the connection for closing.
             with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-                return cursor.execute(statement, params, prepare=prepare or None).fetchone()
+                return fetch(cursor.execute(statement, params, prepare=prepare or None))
         finally:
             if connection.queries_logged:  # DEBUG, or a test capturing queries: as Django's cursors
                 shown = psycopg.ClientCursor(raw).mogrify(statement, params)
