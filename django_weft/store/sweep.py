@@ -137,6 +137,9 @@ class Sweep:
         finished = sorted(TERMINAL_STATUSES - {RunStatus.CONTINUED})
         return self.sql.runs().filter(
             status=RunStatus.WAITING,
+            # Said outright, though the join implies it: the children are then read from
+            # the index of runs that have a parent, not from every finished run.
+            children__parent__isnull=False,
             children__status__in=finished,
             # A child that was reset is not the child the parent waits for: its
             # replacement is (child_outcome reads the newest run at that position).
