@@ -207,7 +207,8 @@ class WorkflowContext:
         )
 
     def _next(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
-        self._fence.flush()  # a step held back is recorded before the workflow goes on
+        # A step held back is recorded before the workflow goes on (a sleep's end may ride on).
+        self._fence.flush(keep_riding=True)
         self._enter()
         seq = self._seq
         self._seq += 1
@@ -290,13 +291,14 @@ class WorkflowContext:
             self._fence.write(write, step, *extra)
         faults.hit("after_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
 
-    def _commit_later(self, step: StepWrite) -> None:
+    def _commit_later(self, step: StepWrite, *, rides: bool = False) -> None:
         """Record ``step`` with the turn's next write, or in the run's terminal commit if
         the workflow returns before another (:meth:`Fence.hold`): an inline activity's
-        completion, the last write of many a run."""
+        completion, the last write of many a run. ``rides``: it may wait past the next
+        operations for a later write (a sleep's end)."""
         self._frontier()
         faults.hit("before_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
-        self._fence.hold(step)
+        self._fence.hold(step, rides=rides)
 
     def _step_written(self, step: StepWrite) -> None:
         faults.hit("after_step_commit", run_id=self._claimed.run_id, seq=step.seq, engine=self._engine)
@@ -427,7 +429,7 @@ class WorkflowContext:
         # A pending cancellation request is received here, even by a sleep whose time has come.
         self._messages.deliver_cancellation(start.record, seq)
         if fire_at <= now:
-            # Written with the next write, or by the run's completion: a crash before then
+            # Written with a later write, or by the run's completion: a crash before then
             # leaves the sleep recorded as waiting on a time that has passed, and the replay
             # that follows ends it again (a sleep has nothing to do twice).
             self._commit_later(
@@ -438,7 +440,8 @@ class WorkflowContext:
                     StepStatus.COMPLETED,
                     result_json=result_json,
                     started_at=started_at,
-                )
+                ),
+                rides=True,
             )
             return
         self._messages.deliver(before=start.record, at=seq)

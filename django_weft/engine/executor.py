@@ -292,12 +292,12 @@ class Engine:
         unwinding = ctx._unwinding
         if isinstance(unwinding, DeposedUnwind):
             raise unwinding.cause
-        # An inline activity's completed step not written yet: the completion writes it in
-        # its own statement; any other end writes it first.
+        # Steps not written yet (an inline activity's result, a sleep's end): the completion
+        # writes them in its own statement; any other end writes them first.
         held = ctx._fence.take_held()
         if not (unwinding is None and error is None and ctx._fatal is None):
             self._write_held(ctx, held)
-            held = None
+            held = []
         if ctx._fatal is not None:
             return self._fail(ctx, ctx._fatal, FailureCategory.NONDETERMINISM, label)
         if unwinding is not None and not isinstance(unwinding, ContinueAsNew | Park):
@@ -321,12 +321,12 @@ class Engine:
                 self._write_held(ctx, held)
                 return self._fail(ctx, exc, FailureCategory.APPLICATION, label)
             faults.hit("before_complete", run_id=run_id, engine=self)
-            # The last step, if held back, is written by the completion's own statement.
+            # The last steps, if held back, are written by the completion's own statement.
             woken_parent = self.store.complete(
-                run_id, me, epoch, result_json, parent=claimed.parent_run_id, step=held
+                run_id, me, epoch, result_json, parent=claimed.parent_run_id, steps=held
             )
-            if held is not None:
-                ctx._step_written(held)
+            for step in held:
+                ctx._step_written(step)
             logger.info("%s: completed", label)
             self._after_close(ctx, woken_parent, "completed")
             return TurnOutcome.COMPLETED
@@ -354,11 +354,11 @@ class Engine:
             self.dispatch_turn(run_id, eta=timer.fire_at, priority=claimed.priority)
         return TurnOutcome.PARKED
 
-    def _write_held(self, ctx: WorkflowContext, held: StepWrite | None) -> None:
-        if held is not None:
-            claimed = ctx._claimed
-            self.store.commit_step(claimed.run_id, self.engine_id, claimed.epoch, held)
-            ctx._step_written(held)
+    def _write_held(self, ctx: WorkflowContext, held: list[StepWrite]) -> None:
+        claimed = ctx._claimed
+        for step in held:
+            self.store.commit_step(claimed.run_id, self.engine_id, claimed.epoch, step)
+            ctx._step_written(step)
 
     def _fail(self, ctx: WorkflowContext, exc: BaseException, category: str, label: str) -> TurnOutcome:
         error: dict[str, Any]

@@ -10,6 +10,12 @@ written with the turn's next write, or folded into the run's terminal commit whe
 workflow returns right after it (one statement, one commit instead of two). The context
 writes a held step before the next activity starts, so an activity's result is always
 recorded before the next activity runs (docs/explanation/guarantees.md).
+
+A step that *rides* (a sleep's end) may stay held past the next operations, until a step
+that does not ride is written or the run's terminal commit: nothing the workflow does
+next depends on its record, and a turn that stops before writing it replays the sleep,
+which ends again at once. So a sleep followed by an activity and the workflow's return
+is recorded by the completion's one statement, with the activity's result.
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ class Fence:
         self._on_deposed = on_deposed
         self._commit_step = commit_step
         self._on_written = on_written
-        self._held: StepWrite | None = None
+        # In order: steps that ride, then at most one that does not (the last).
+        self._held: list[StepWrite] = []
+        self._riding = True
 
     def write(
         self, method: Callable[Concatenate[str, str, int, P], R], /, *args: P.args, **kwargs: P.kwargs
@@ -59,27 +67,32 @@ class Fence:
         except Deposed as exc:
             self._on_deposed(exc)
 
-    def hold(self, step: StepWrite) -> None:
+    def hold(self, step: StepWrite, *, rides: bool = False) -> None:
         """Write ``step`` with the next write (or :meth:`take_held` folds it into the
-        terminal commit) instead of now."""
+        terminal commit) instead of now. ``rides``: it may stay held past the next
+        operations too (:meth:`flush` with ``keep_riding``)."""
         assert self._commit_step is not None, "this fence has no step commit to hold for"
-        self.flush()
-        self._held = step
+        if not self._riding:
+            self.flush()
+        self._held.append(step)
+        self._riding = rides
 
-    def flush(self) -> None:
-        """Write the step held back, if any, on its own."""
-        step, self._held = self._held, None
-        if step is None:
+    def flush(self, *, keep_riding: bool = False) -> None:
+        """Write the steps held back, if any, each on its own, in order. ``keep_riding``:
+        unless one of them does not ride, they stay held (the workflow goes on)."""
+        if not self._held or (keep_riding and self._riding):
             return
         assert self._commit_step is not None
-        try:
-            self._commit_step(self.run_id, self.owner, self.epoch, step)
-        except Deposed as exc:
-            self._on_deposed(exc)
-        if self._on_written is not None:
-            self._on_written(step)
+        for step in self.take_held():
+            try:
+                self._commit_step(self.run_id, self.owner, self.epoch, step)
+            except Deposed as exc:
+                self._on_deposed(exc)
+            if self._on_written is not None:
+                self._on_written(step)
 
-    def take_held(self) -> StepWrite | None:
-        """The step held back, for the terminal commit to write; it is no longer held."""
-        step, self._held = self._held, None
-        return step
+    def take_held(self) -> list[StepWrite]:
+        """The steps held back, in order, for the terminal commit to write; they are no
+        longer held."""
+        steps, self._held, self._riding = self._held, [], True
+        return steps

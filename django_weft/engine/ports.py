@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -111,10 +111,10 @@ class TurnStore(Protocol):
         result_json: str,
         *,
         parent: str | None = None,
-        step: StepWrite | None = None,
+        steps: Sequence[StepWrite] = (),
     ) -> str | None:
-        """Commit the run ``completed``, fenced, with ``step`` (its last step, held back
-        by the turn) if given: both or neither. For a child (``parent`` given), wake the
+        """Commit the run ``completed``, fenced, with ``steps`` (its last steps, held back
+        by the turn, in order): all or nothing. For a child (``parent`` given), wake the
         parent if it waits for it and return the parent's id."""
 
     def fail(

@@ -587,14 +587,14 @@ class StoreSql:
         result_json: str | None,
         error_json: str | None,
         category: str,
-        step: StepWrite | None = None,
+        steps: Sequence[StepWrite] = (),
     ) -> tuple[str, str, bool | None, datetime] | None:
         """The owner's terminal commit on PostgreSQL; ``(workflow_id, workflow_name,
         queued, finished_at)``, or ``None`` if the fence did not match (nothing written).
         ``queued`` is ``None`` for a run no concurrency limit counts, else whether runs of
         its workflow are queued for a slot (read in the same statement, so a limit nobody
-        waits for costs no round trip to hand the slot on). ``step``, the run's last step,
-        is recorded by the same statement."""
+        waits for costs no round trip to hand the slot on). ``steps``, the run's last
+        steps, are recorded by the same statement."""
         # One statement (one round trip): the conditional UPDATE is the fence, and the
         # timer DELETE (and the step INSERT) only sees a row if the UPDATE matched.
         params: dict[str, Any] = {
@@ -603,12 +603,14 @@ class StoreSql:
             "unanswered": codec.dumps(unanswered_error(status)),
         }  # fmt: skip
         now = self.sql_now(params)
-        last_step = ""
-        if step is not None:
+        last_steps = ""
+        for index, step in enumerate(steps):
+            # An INSERT of its own per step (a VALUES list would type its NULLs as text).
             for name, value in self.step_params(run_id, owner, epoch, step).items():
-                params[f"step_{name}"] = value
-            last_step = (
-                f"stepped AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT done.id, {_LAST_STEP_VALUES} "
+                params[f"step{index}_{name}"] = value
+            values = _LAST_STEP_VALUES.replace("%(step_", f"%(step{index}_")
+            last_steps += (
+                f"stepped{index} AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT done.id, {values} "
                 f"FROM done {STEP_ON_CONFLICT}), "
             )
         sql = (
@@ -618,7 +620,7 @@ class StoreSql:
             f"finished_at = {now}, updated_at = {now} "
             "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
             "RETURNING id, workflow_id, workflow_name, concurrency_key, finished_at), "
-            f"{last_step}"
+            f"{last_steps}"
             f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
             "AND fired_at IS NULL), "
             f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "

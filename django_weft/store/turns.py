@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -244,10 +244,10 @@ class RunTurns:
         error_json: str | None = None,
         category: str = "",
         parent: str | None = None,
-        step: StepWrite | None = None,
+        steps: Sequence[StepWrite] = (),
     ) -> str | None:
         """The owner's terminal commit: status, outcome, release and unfired timers removed,
-        and ``step`` (the run's last, held back by its turn) recorded, fenced on (owner,
+        and ``steps`` (the run's last, held back by its turn) recorded, fenced on (owner,
         epoch). A child run's commit also wakes its parent if the parent waits for it, in
         the same transaction (the child's row is locked before the parent's: descendants
         before ancestors, the order every writer follows); the woken parent's id is
@@ -256,13 +256,13 @@ class RunTurns:
             with transaction.atomic(using=self.sql.alias):
                 self._finish(
                     run_id, owner, epoch, what, status=status, result_json=result_json,
-                    error_json=error_json, category=category, step=step,
+                    error_json=error_json, category=category, steps=steps,
                 )  # fmt: skip
                 return self.waking.wake_parent(parent)
         if self.sql.is_postgres:
             finished_row = self.sql.finish_in_one_statement(
                 run_id, owner, epoch, status=status, result_json=result_json, error_json=error_json,
-                category=category, step=step,
+                category=category, steps=steps,
             )  # fmt: skip
             if finished_row is None:
                 raise deposed(run_id, owner, epoch, what)
@@ -275,7 +275,7 @@ class RunTurns:
         # end is written as a value, so the signals can say it without reading it back.
         ended = self.sql.local_now()
         with transaction.atomic(using=self.sql.alias):
-            if step is not None:
+            for step in steps:
                 self.sql.commit_step(run_id, owner, epoch, step)  # raises Deposed if not ours
             names = self.sql.owned(run_id, owner, epoch).values_list("workflow_id", "workflow_name").first()
             finished = names is not None and self.sql.owned(run_id, owner, epoch).update(
@@ -310,7 +310,7 @@ class RunTurns:
         result_json: str,
         *,
         parent: str | None = None,
-        step: StepWrite | None = None,
+        steps: Sequence[StepWrite] = (),
     ) -> str | None:
         return self._finish(
             run_id,
@@ -320,7 +320,7 @@ class RunTurns:
             status=RunStatus.COMPLETED,
             result_json=result_json,
             parent=parent,
-            step=step,
+            steps=steps,
         )
 
     def fail(

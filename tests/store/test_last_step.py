@@ -138,10 +138,44 @@ def test_the_end_of_a_sleep_is_recorded_by_the_next_write(on_postgres: bool) -> 
         # The claim, the history read and the completion that records the sleep's end.
         statements = [query["sql"][:90] for query in turn.captured_queries]
         assert len(statements) == 3, statements
-    # Before an activity, the sleep's end is recorded first: the attempt finds it.
-    run_id = woken("tests.ls.nap_then_step", ["after-nap", 3600])
+
+
+def test_the_end_of_a_sleep_rides_past_an_activity_to_the_completion(on_postgres: bool) -> None:
+    run_id = woken("tests.ls.nap_then_sleep_status", ["after-nap", 3600])
+    with CaptureQueriesContext(connection) as turn:
+        assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
+    # The attempt ran with the sleep's end not recorded yet (nothing depends on it) ...
+    assert client.get_handle(run_id).result() == "waiting"
+    # ... and the completion recorded both, the sleep's end first.
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "completed"), (1, "completed")]
+    if on_postgres:
+        # The claim, the history read, the attempt's own read of the sleep, and the
+        # completion with the sleep's end and the step.
+        statements = [query["sql"][:90] for query in turn.captured_queries]
+        assert len(statements) == 4, statements
+        assert statements[2].startswith('SELECT "django_weft_step"."id"'), statements
+
+
+def test_a_crash_before_the_completion_leaves_the_sleep_to_end_again_and_the_step_to_run_again() -> None:
+    run_id = woken("tests.ls.nap_then_step", ["ridden", 3600])
+
+    crash_before_completion(run_id)
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "waiting")]  # both held
+    WorkflowRun.objects.filter(pk=run_id).update(owner_id=None, lease_expires_at=None)
     assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
-    assert client.get_handle(run_id).result() == [0]
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "completed"), (1, "completed")]
+    assert SideEffect.objects.filter(key="ridden").count() == 2  # at least once, as documented
+
+
+def test_an_activity_result_after_the_sleep_is_recorded_before_the_next_activity() -> None:
+    """The sleep's end rides on past the first activity; that activity's result does
+    not: before the second activity runs, both are recorded."""
+    run_id = woken("tests.ls.nap_then_two_steps", ["pair", 3600])
+    assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
+    assert client.get_handle(run_id).result() == [[], [0, 1]]
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [
+        (0, "completed"), (1, "completed"), (2, "completed"),
+    ]  # fmt: skip
 
 
 def test_a_crash_before_the_sleeps_end_is_recorded_ends_it_again_on_replay() -> None:

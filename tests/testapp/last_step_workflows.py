@@ -67,6 +67,31 @@ def nap_then_step(ctx: Any, key: str, seconds: float) -> list[int]:
     return ctx.run(recorded_before, key)
 
 
+@activity(name="tests.ls.completed_before", retry=NO_RETRY)
+def completed_before(key: str) -> list[int]:
+    """The positions of this run's steps recorded as completed when this attempt runs."""
+    info = activity_info()
+    return sorted(Step.objects.filter(run_id=info.run_id, status="completed").values_list("seq", flat=True))
+
+
+@activity(name="tests.ls.sleep_status", retry=NO_RETRY)
+def sleep_status(key: str) -> str:
+    """The status of this run's sleep (position 0) as recorded when this attempt runs."""
+    return str(Step.objects.get(run_id=activity_info().run_id, seq=0).status)
+
+
+@workflow(name="tests.ls.nap_then_sleep_status")
+def nap_then_sleep_status(ctx: Any, key: str, seconds: float) -> str:
+    ctx.sleep(seconds)
+    return ctx.run(sleep_status, key)
+
+
+@workflow(name="tests.ls.nap_then_two_steps")
+def nap_then_two_steps(ctx: Any, key: str, seconds: float) -> list[list[int]]:
+    ctx.sleep(seconds)
+    return [ctx.run(completed_before, f"{key}:{index}") for index in range(2)]
+
+
 @workflow(name="tests.ls.nap")
 def nap(ctx: Any, seconds: float) -> str:
     ctx.sleep(seconds)

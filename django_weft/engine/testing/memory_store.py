@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -365,11 +365,11 @@ class MemoryStore:
         result_json: str,
         *,
         parent: str | None = None,
-        step: StepWrite | None = None,
+        steps: Sequence[StepWrite] = (),
     ) -> str | None:
         with self._lock:
             run = self._owned(run_id, owner, epoch, "completion")
-            if step is not None:
+            for step in steps:
                 run.steps[step.seq] = step
             self._finish(run, RunStatus.COMPLETED)
             self.runs[run_id].result = codec.loads(result_json)
