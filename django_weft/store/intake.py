@@ -58,11 +58,11 @@ class _RunInsert:
     fields and prepared on each connection (:meth:`StoreSql.fetch_prepared`): Django's
     insert compiler and its client-side quoting of some forty values cost a start about
     a third of its CPU, and the server parsed and planned the statement every time
-    (docs/benchmarks.md, "Starts"). Every column is written as ``save()`` writes it: the
-    instance's value (a field's default where the start gave none), ``auto_now`` times
-    from :meth:`~django.db.models.Field.pre_save`; ``ready_at`` and ``dispatched_at``
-    are the statement's time (or the virtual clock's, ``now``). The notice to the
-    listening workers is in the same statement when ``notify`` is true."""
+    (docs/benchmarks.md, "Starts prepared"). Every column is written as ``save()``
+    writes it: the instance's value (a field's default where the start gave none),
+    ``auto_now`` times from :meth:`~django.db.models.Field.pre_save`; ``ready_at`` and
+    ``dispatched_at`` are the statement's time (or the virtual clock's, ``now``). The
+    notice to the listening workers is in the same statement when ``notify`` is true."""
 
     def __init__(self) -> None:
         moment = "COALESCE(%(now)s::timestamptz, statement_timestamp())"
