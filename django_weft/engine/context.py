@@ -429,6 +429,10 @@ class WorkflowContext:
         # A pending cancellation request is received here, even by a sleep whose time has come.
         self._messages.deliver_cancellation(start.record, seq)
         if fire_at <= now:
+            if recorded is not None and self._read_only:
+                # Its time has come: it is over, whether or not a turn has recorded its end
+                # yet (a query, or a reset's replay, goes on past it; nothing is written).
+                return
             # Written with a later write, or by the run's completion: a crash before then
             # leaves the sleep recorded as waiting on a time that has passed, and the replay
             # that follows ends it again (a sleep has nothing to do twice).

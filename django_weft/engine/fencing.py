@@ -26,6 +26,10 @@ from typing import Concatenate, NoReturn, ParamSpec, TypeVar
 from .errors import Deposed
 from .records import StepWrite
 
+MAX_HELD = 8
+"""Steps held at most (a workflow ending many due sleeps in a row writes them in groups):
+the terminal commit writes the held steps in its own statement, one part each."""
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -70,26 +74,32 @@ class Fence:
     def hold(self, step: StepWrite, *, rides: bool = False) -> None:
         """Write ``step`` with the next write (or :meth:`take_held` folds it into the
         terminal commit) instead of now. ``rides``: it may stay held past the next
-        operations too (:meth:`flush` with ``keep_riding``)."""
+        operations too (:meth:`flush` with ``keep_riding``), up to :data:`MAX_HELD`
+        steps."""
         assert self._commit_step is not None, "this fence has no step commit to hold for"
-        if not self._riding:
+        if not self._riding or len(self._held) >= MAX_HELD:
             self.flush()
         self._held.append(step)
         self._riding = rides
 
     def flush(self, *, keep_riding: bool = False) -> None:
         """Write the steps held back, if any, each on its own, in order. ``keep_riding``:
-        unless one of them does not ride, they stay held (the workflow goes on)."""
+        unless one of them does not ride, they stay held (the workflow goes on). A step
+        is let go once written: one the database failed to write stays held, with those
+        after it."""
         if not self._held or (keep_riding and self._riding):
             return
         assert self._commit_step is not None
-        for step in self.take_held():
+        while self._held:
+            step = self._held[0]
             try:
                 self._commit_step(self.run_id, self.owner, self.epoch, step)
             except Deposed as exc:
                 self._on_deposed(exc)
+            del self._held[0]
             if self._on_written is not None:
                 self._on_written(step)
+        self._riding = True
 
     def take_held(self) -> list[StepWrite]:
         """The steps held back, in order, for the terminal commit to write; they are no

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .context import WorkflowContext
@@ -85,9 +86,14 @@ def _refuse(label: str, to_seq: Any, finding: str) -> InvalidInput:
     return InvalidInput(f"cannot reset {label} to position {to_seq}: {finding}", field="to_seq")
 
 
-def check_cut(history: Mapping[int, StepRecord], to_seq: Any, *, label: str) -> int:
+def check_cut(
+    history: Mapping[int, StepRecord], to_seq: Any, *, label: str, now: datetime | None = None
+) -> int:
     """``to_seq`` if the history can be cut there, else ``InvalidInput`` (``field`` is
-    ``"to_seq"``) saying why and which positions would do. ``label`` names the run."""
+    ``"to_seq"``) saying why and which positions would do. ``label`` names the run.
+    ``now``: a sleep recorded as waiting whose time had come by then is over (its end,
+    written with a later write, may not have been when the run stopped); the new run's
+    replay ends it at once."""
     if isinstance(to_seq, bool) or not isinstance(to_seq, int):
         raise InvalidInput(
             f"to_seq must be a position in the run's history (an integer, 0 or more); got {to_seq!r}",
@@ -120,7 +126,7 @@ def check_cut(history: Mapping[int, StepRecord], to_seq: Any, *, label: str) -> 
         if kept is None:
             missing = f"position {seq} is missing from the history; reset to {seq} or earlier"
             raise _refuse(label, to_seq, missing)
-        if kept.status not in FINISHED:
+        if kept.status not in FINISHED and not _sleep_over(kept, now):
             what = kept.kind if kept.name == kept.kind else f"{kept.kind} {kept.name}"
             raise _refuse(
                 label,
@@ -130,6 +136,13 @@ def check_cut(history: Mapping[int, StepRecord], to_seq: Any, *, label: str) -> 
                 f"{seq} or earlier (it then runs again)",
             )
     return to_seq
+
+
+def _sleep_over(entry: StepRecord, now: datetime | None) -> bool:
+    if now is None or entry.kind != StepKind.SLEEP or entry.status != StepStatus.WAITING:
+        return False
+    fire_at = (entry.result or {}).get("fire_at")
+    return isinstance(fire_at, str) and datetime.fromisoformat(fire_at) <= now
 
 
 def replay_kept(engine: Engine, claimed: ClaimedRun, to_seq: int, *, label: str) -> None:

@@ -209,7 +209,7 @@ def reset(
     store = get_store()
     label = f"run {run.pk} ({run.workflow_name} {run.workflow_id})"
     history = store.sql.load_steps(str(run.pk))
-    check_cut(history, to_seq, label=label)
+    check_cut(history, to_seq, label=label, now=store.db_now())
     kept = {seq: history[seq] for seq in range(to_seq)}
     replay_kept(
         get_engine(),

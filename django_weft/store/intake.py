@@ -93,10 +93,9 @@ class _RunInsert:
         for attname, kind, field in self.fields:
             if kind == "native":
                 params[attname] = getattr(run, attname)
-            elif kind == "json":
+            elif kind == "json":  # None is SQL NULL, as Django writes it
                 value = getattr(run, attname)
-                null = value is None and field.null
-                params[attname] = None if null else json.dumps(value, cls=field.encoder)
+                params[attname] = None if value is None else json.dumps(value, cls=field.encoder)
             elif kind == "stamp":
                 params[attname] = field.pre_save(run, True)
             else:

@@ -100,7 +100,7 @@ class Resets:
                 status=run["status"],
             )
         history = self.sql.load_steps(str(run_pk))
-        check_cut(history, to_seq, label=label)
+        check_cut(history, to_seq, label=label, now=self.sql.db_now())
         if {seq: history[seq] for seq in range(to_seq)} != dict(kept):
             raise InvalidTransition(
                 f"{label} changed while the reset was being checked (its history before position "

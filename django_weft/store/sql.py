@@ -16,6 +16,7 @@ its time is bound as a parameter where the statement would read ``now()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -499,6 +500,8 @@ class StoreSql:
         fetch: Callable[[psycopg.Cursor[Any]], _Fetched],
     ) -> _Fetched:
         connection = self.connection
+        # As Django's cursors do: a connection that fails its health check is replaced.
+        connection.close_if_health_check_failed()
         connection.ensure_connection()
         raw = connection.connection
         prepare = weft_settings.PREPARE_STATEMENTS
@@ -511,7 +514,14 @@ class StoreSql:
         try:
             # Django's error wrapping, as its own cursors have: a dropped connection raises
             # Django's OperationalError and marks the connection for closing.
-            with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+            # An error inside the caller's atomic block marks it for rollback, as an error
+            # of Django's own cursors does.
+            atomic = connection.in_atomic_block
+            with (
+                transaction.mark_for_rollback_on_error(self.alias) if atomic else contextlib.nullcontext(),
+                connection.wrap_database_errors,
+                psycopg.Cursor(raw) as cursor,
+            ):
                 return fetch(cursor.execute(statement, params, prepare=prepare or None))
         finally:
             if connection.queries_logged:  # DEBUG, or a test capturing queries: as Django's cursors

@@ -10,9 +10,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_weft import client
+from django_weft import client, runtime
 from django_weft.engine import faults
+from django_weft.engine.errors import InvalidInput
 from django_weft.engine.executor import TurnOutcome
+from django_weft.engine.fencing import MAX_HELD
 from django_weft.models import Step, WorkflowRun
 from django_weft.testing import make_engine
 from tests.testapp.models import SideEffect
@@ -186,3 +188,42 @@ def test_a_crash_before_the_sleeps_end_is_recorded_ends_it_again_on_replay() -> 
     WorkflowRun.objects.filter(pk=run_id).update(owner_id=None, lease_expires_at=None)
     assert make_engine().run_turn(run_id) == TurnOutcome.COMPLETED
     assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "completed")]
+
+
+def test_a_query_and_a_reset_go_past_a_sleep_whose_time_has_come_though_its_end_is_not_recorded() -> None:
+    """A turn stopped between a due sleep and the write that records its end (here: just
+    before the completion) leaves the sleep recorded as waiting on a time that has
+    passed. It is over all the same: a query replays past it, and a reset may keep it."""
+    run_id = woken("tests.ls.nap_phase", ["phase", 3600])
+    crash_before_completion(run_id)
+    assert [(seq, status) for seq, status, _ in steps_of(run_id)] == [(0, "waiting")]
+    handle = client.get_handle(run_id)
+    assert handle.query("phase") == "awake"
+    handle.cancel("stopped with its sleep's end unrecorded")
+    reset = runtime.reset(run_id, 1, reason="keep the sleep, run the step again")
+    assert make_engine().run_turn(reset.run_id) == TurnOutcome.COMPLETED
+    assert client.get_handle(reset.run_id).result() == "phase"
+    assert [(seq, status) for seq, status, _ in steps_of(reset.run_id)] == [
+        (0, "completed"),
+        (1, "completed"),
+    ]
+
+
+def test_a_cut_after_a_sleep_still_ahead_is_refused() -> None:
+    handle = client.start("tests.ls.nap_phase", args=["ahead", 3600])
+    assert make_engine().run_turn(handle.run_id) == TurnOutcome.PARKED
+    handle.cancel("stopped asleep")
+    with pytest.raises(InvalidInput, match="position 0 \\(sleep\\) is waiting, not finished"):
+        runtime.reset(handle.run_id, 1, reason="skip the sleep")
+
+
+def test_sleeps_ending_in_a_row_are_held_a_few_at_a_time(on_postgres: bool) -> None:
+    handle = client.start("tests.ls.many_naps", args=[MAX_HELD * 2 + 3])
+    with CaptureQueriesContext(connection) as turn:
+        assert make_engine().run_turn(handle.run_id) == TurnOutcome.COMPLETED
+    assert [status for _, status, _ in steps_of(handle.run_id)] == ["completed"] * (MAX_HELD * 2 + 3)
+    if on_postgres:
+        # The claim; two groups of MAX_HELD written step by step; the completion with the rest.
+        finish = [query["sql"] for query in turn.captured_queries if query["sql"].startswith("WITH done AS")]
+        assert len(finish) == 1 and finish[0].count("INSERT INTO django_weft_step") == 3
+        assert len(turn.captured_queries) == 1 + 2 * MAX_HELD + 1

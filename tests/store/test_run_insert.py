@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 
@@ -97,3 +97,14 @@ def test_it_is_prepared_once_per_connection() -> None:
         cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%INSERT INTO%%'")
         row = cursor.fetchone()
     assert row is not None and row[0] == 1
+
+
+def test_a_failed_insert_in_the_callers_transaction_marks_it_for_rollback() -> None:
+    """As a failed query of Django's own cursors does: the block cannot commit by mistake."""
+    run_id = uuid.uuid4()
+    get_store().intake.insert_runnable_run(run_id, _fields(), dispatched=False)
+    with transaction.atomic():
+        with pytest.raises(IntegrityError):
+            get_store().intake.insert_runnable_run(run_id, _fields(), dispatched=False)
+        assert connection.needs_rollback
+    assert WorkflowRun.objects.filter(pk=run_id).count() == 1

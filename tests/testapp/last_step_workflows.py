@@ -96,3 +96,21 @@ def nap_then_two_steps(ctx: Any, key: str, seconds: float) -> list[list[int]]:
 def nap(ctx: Any, seconds: float) -> str:
     ctx.sleep(seconds)
     return "rested"
+
+
+@workflow(name="tests.ls.nap_phase")
+def nap_phase(ctx: Any, key: str, seconds: float) -> str:
+    """A query says whether the sleep is behind the workflow."""
+    phase = {"value": "asleep"}
+    ctx.on_query("phase", lambda: phase["value"])
+    ctx.sleep(seconds)
+    phase["value"] = "awake"
+    return str(ctx.run(quiet, key))
+
+
+@workflow(name="tests.ls.many_naps")
+def many_naps(ctx: Any, count: int) -> int:
+    """``count`` sleeps whose time has come at once, then the return."""
+    for _ in range(count):
+        ctx.sleep(0)
+    return count
