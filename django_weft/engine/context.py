@@ -82,11 +82,15 @@ class WorkflowContext:
         workflow: Workflow[..., Any],
         *,
         read_only: bool = False,
+        due_sleeps_over: bool = False,
     ) -> None:
         self._engine = engine
         # Read-only replay (queries, update validation): recorded outcomes are returned,
         # and the first operation that would execute or write anything ends the replay.
         self._read_only = read_only
+        # In a read-only replay, a recorded sleep whose time has come is over though its
+        # end is not recorded yet (a query, a reset's replay); the replay check stops there.
+        self._due_sleeps_over = due_sleeps_over
         self._claimed = claimed
         self._config = config
         self._workflow = workflow
@@ -429,7 +433,7 @@ class WorkflowContext:
         # A pending cancellation request is received here, even by a sleep whose time has come.
         self._messages.deliver_cancellation(start.record, seq)
         if fire_at <= now:
-            if recorded is not None and self._read_only:
+            if recorded is not None and self._read_only and self._due_sleeps_over:
                 # Its time has come: it is over, whether or not a turn has recorded its end
                 # yet (a query, or a reset's replay, goes on past it; nothing is written).
                 return

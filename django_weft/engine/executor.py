@@ -261,7 +261,7 @@ class Engine:
         Used for queries and update validation; takes no lease. Raises
         ``NonDeterminismError`` when the code no longer matches the history."""
         workflow = self.workflows.get_workflow(claimed.workflow_name)
-        ctx = WorkflowContext(self, claimed, self.config(), workflow, read_only=True)
+        ctx = WorkflowContext(self, claimed, self.config(), workflow, read_only=True, due_sleeps_over=True)
         try:
             workflow(ctx, *claimed.args, **claimed.kwargs)
         except Unwind:

@@ -151,7 +151,7 @@ def replay_kept(engine: Engine, claimed: ClaimedRun, to_seq: int, *, label: str)
     could not replay to the cut. Runs no activity and writes nothing. Raises
     ``WorkflowNotRegistered`` if this process does not know the workflow."""
     workflow = engine.workflows.get_workflow(claimed.workflow_name)
-    ctx = WorkflowContext(engine, claimed, engine.config(), workflow, read_only=True)
+    ctx = WorkflowContext(engine, claimed, engine.config(), workflow, read_only=True, due_sleeps_over=True)
     raised = run_body(workflow, ctx, claimed)
     fatal = ctx._fatal
     if fatal is not None:
