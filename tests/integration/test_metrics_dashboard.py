@@ -93,9 +93,17 @@ def ready(base: str) -> bool:
 
 
 def query(base: str, expr: str) -> list[dict[str, Any]]:
-    answer = requests.get(f"{base}/api/v1/query", params={"query": expr}, timeout=10)
-    assert answer.status_code == 200, (expr, answer.text)
-    return list(answer.json()["data"]["result"])
+    # Prometheus has answered 200 with an empty body while busy: asked again, up to thrice.
+    for attempt in range(3):
+        answer = requests.get(f"{base}/api/v1/query", params={"query": expr}, timeout=10)
+        assert answer.status_code == 200, (expr, answer.text)
+        try:
+            return list(answer.json()["data"]["result"])
+        except requests.JSONDecodeError:
+            if attempt == 2:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def panels() -> list[dict[str, Any]]:
