@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from django.db import models, transaction
@@ -113,13 +113,11 @@ _NATIVE_FIELDS = (
 )
 """Fields whose Python value psycopg adapts as Django would (no conversion on the way)."""
 
-_RUN_INSERT: list[_RunInsert] = []
 
-
+@cache
 def _run_insert() -> _RunInsert:
-    if not _RUN_INSERT:
-        _RUN_INSERT.append(_RunInsert())
-    return _RUN_INSERT[0]
+    """The process's one :class:`_RunInsert` (the model's fields do not change)."""
+    return _RunInsert()
 
 
 @dataclass(frozen=True)
