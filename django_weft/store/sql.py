@@ -87,6 +87,19 @@ _LAST_STEP_VALUES = (
 
 _STEP_SQL: dict[str, str] = {}
 
+OWNED_BY_KEY = "id = %(id)s AND owner_id IS NOT DISTINCT FROM %(owner)s AND owner_epoch = %(epoch)s "
+"""The fence of a PostgreSQL statement: the run row, found by its primary key, owned by
+``%(owner)s`` under ``%(epoch)s``.
+
+``IS NOT DISTINCT FROM`` is ``=`` here (an owner is never NULL), but the planner cannot
+infer ``owner_id IS NOT NULL`` from it: with ``=`` it may serve the statement from the
+partial index of owned runs (``weft_run_owned_lease``), reading every entry of it, when
+its statistics say that index is small; a prepared statement keeps that plan while the
+index grows (an entry per claim until vacuum). By the key, a fence reads one row
+whatever the table holds. The claim's condition on the status (the partial indexes of
+running and active runs) and a completion's on its pending updates are written the same
+way, for the same reason."""
+
 _HOLDS_SLOT = "AND (concurrency_key IS NULL OR slot = 'held') "
 """A claim's condition for flow control: a run counted by a concurrency limit is claimed
 only once it holds a slot (:mod:`.flow` gives it one, under its key's lock)."""
@@ -339,7 +352,7 @@ class StoreSql:
             returned = ", ".join(f"{RUN_TABLE}.{column}" for column in columns.split(", "))
             sql = (
                 f"WITH old AS (SELECT id, owner_id, lease_expires_at, ready_at FROM {RUN_TABLE} "
-                "WHERE id = %(id)s AND status = 'running' AND (owner_id IS NULL OR "
+                "WHERE id = %(id)s AND status IS NOT DISTINCT FROM 'running' AND (owner_id IS NULL OR "
                 f"lease_expires_at < {cutoff}) {names}{_HOLDS_SLOT}"
                 f"FOR UPDATE) UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
                 f"lease_expires_at = {until}, claimed_at = {now_sql}, "
@@ -425,8 +438,7 @@ class StoreSql:
         values = self.step_values()
         if self.is_postgres:
             return (
-                f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND "
-                "owner_id = %(owner)s AND owner_epoch = %(epoch)s FOR UPDATE) "
+                f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE {OWNED_BY_KEY}FOR UPDATE) "
                 f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {values} FROM fence "
                 f"{STEP_ON_CONFLICT} RETURNING id"
             )
@@ -546,7 +558,7 @@ class StoreSql:
             sql = (
                 f"WITH fence AS (UPDATE {RUN_TABLE} SET search_attributes = "
                 f"(search_attributes || %(set)s::jsonb) - %(removed)s::text[], updated_at = {now} "
-                "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s RETURNING id) "
+                f"WHERE {OWNED_BY_KEY}RETURNING id) "
                 f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {self.step_values()} "
                 f"FROM fence {STEP_ON_CONFLICT} RETURNING id"
             )
@@ -628,13 +640,14 @@ class StoreSql:
             "error = %(error)s::jsonb, failure_category = %(category)s, owner_id = NULL, "
             "lease_expires_at = NULL, ready_at = NULL, dispatched_at = NULL, waiting_on = NULL, "
             f"finished_at = {now}, updated_at = {now} "
-            "WHERE id = %(id)s AND owner_id = %(owner)s AND owner_epoch = %(epoch)s "
+            f"WHERE {OWNED_BY_KEY}"
             "RETURNING id, workflow_id, workflow_name, concurrency_key, finished_at), "
             f"{last_steps}"
             f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
             "AND fired_at IS NULL), "
             f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
-            f"updated_at = {now} WHERE run_id IN (SELECT id FROM done) AND status = 'accepted') "
+            f"updated_at = {now} WHERE run_id IN (SELECT id FROM done) AND status IS NOT DISTINCT FROM "
+            "'accepted') "
             "SELECT workflow_id, workflow_name, CASE WHEN concurrency_key IS NOT NULL THEN EXISTS (SELECT 1 "
             f"FROM {RUN_TABLE} queued WHERE queued.workflow_name = done.workflow_name AND queued.slot = "
             "'queued' AND queued.status = 'pending' AND queued.concurrency_key IS NOT NULL) END, finished_at "

@@ -23,6 +23,7 @@ from ..models import Signal, Timer, Update
 from ..models.messages import UpdateStatus
 from .base import deposed
 from .sql import (
+    OWNED_BY_KEY,
     RUN_TABLE,
     SIGNAL_TABLE,
     STEP_COLUMNS,
@@ -46,8 +47,7 @@ def _finish_wait_sql(sql: StoreSql) -> str:
     global _FINISH_WAIT_SQL
     if _FINISH_WAIT_SQL is None:
         _FINISH_WAIT_SQL = (
-            f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND owner_id = %(owner)s "
-            "AND owner_epoch = %(epoch)s FOR UPDATE), "
+            f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE {OWNED_BY_KEY}FOR UPDATE), "
             f"consumed AS (UPDATE {SIGNAL_TABLE} SET consumed_seq = %(seq)s WHERE id = %(signal)s "
             "AND run_id = %(id)s AND consumed_seq IS NULL AND EXISTS (SELECT 1 FROM fence) RETURNING id), "
             f"written AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {sql.step_values()} "
@@ -74,8 +74,7 @@ def _update_step_sql(sql: StoreSql, assignments: str, condition: str, now: str) 
     statement = _UPDATE_STEP_SQL.get(key)
     if statement is None:
         statement = _UPDATE_STEP_SQL[key] = (
-            f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE id = %(id)s AND owner_id = %(owner)s "
-            "AND owner_epoch = %(epoch)s FOR UPDATE), "
+            f"WITH fence AS (SELECT id FROM {RUN_TABLE} WHERE {OWNED_BY_KEY}FOR UPDATE), "
             f"written AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT fence.id, {sql.step_values()} "
             f"FROM fence {STEP_ON_CONFLICT} RETURNING id), "
             f"changed AS (UPDATE {UPDATE_TABLE} SET {assignments}, updated_at = {now} "
