@@ -47,3 +47,5 @@ if os.environ.get("WEFT_E2E_BENCH_PAGES") == "1":
     REST_FRAMEWORK = {
         "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     }
+# benchmarks/parked.py --tick-batch, for its process and its workers'.
+WEFT_TICK_BATCH = int(os.environ.get("WEFT_E2E_BENCH_TICK_BATCH", "100"))

@@ -6,11 +6,13 @@ expired leases live in the database and the sweep (``tick``) finds them anyway.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -57,6 +59,11 @@ class Work:
         return self.seq is not None
 
 
+TAKES_KEPT = 4096
+"""How many of the latest takes a :class:`LocalDispatcher` remembers the moments of
+(:meth:`LocalDispatcher.taken_within` counts at most this many)."""
+
+
 class LocalDispatcher:
     """An in-process queue of turns and queued activity attempts, consumed by
     ``weft_worker`` threads (which serve every activity queue).
@@ -81,6 +88,8 @@ class LocalDispatcher:
         # Set when a delayed dispatch becomes the first due (or by wake()): the thread
         # waiting in wait_for_due() releases it on time instead of after its sleep.
         self._sooner = threading.Event()
+        # When the threads took their latest pieces of work (monotonic, oldest first).
+        self._taken: deque[float] = deque(maxlen=TAKES_KEPT)
 
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
         if eta is not None:
@@ -150,10 +159,19 @@ class LocalDispatcher:
             return None
         with self._lock:
             self._queued.discard(work)
+            self._taken.append(time.monotonic())
         return work
 
     def qsize(self) -> int:
         return self._queue.qsize()
+
+    def taken_within(self, seconds: float) -> int:
+        """How many pieces of work the threads took in the last ``seconds``: their pace,
+        which ``weft_worker``'s sweep hands them no more than (``InProcessWorker``)."""
+        cutoff = time.monotonic() - seconds
+        with self._lock:
+            taken = list(self._taken)
+        return len(taken) - bisect.bisect_left(taken, cutoff)
 
 
 _process_override: list[Dispatcher] = []

@@ -33,6 +33,10 @@ BACKLOG_POLL = 0.005
 TIMER_IDLE_WAIT = 1.0
 """Seconds the timer thread sleeps at most when no delayed doorbell is due."""
 
+ROOM_PER_THREAD = 2
+"""Runs a sweep may queue for each turn thread, whatever the threads' recent pace: one
+to work on and one waiting, so a thread never waits for the sweep that refills it."""
+
 
 class InProcessWorker:
     """Turn threads, a sweep thread, a timer thread and a heartbeat thread sharing one
@@ -116,11 +120,14 @@ class InProcessWorker:
                 # handed to that worker's threads (a backlog) is left to it, not claimed
                 # by both. This sweep's dispatches go to this process's own threads;
                 # only runs of the workflows registered here are sent to them (the
-                # others would be marked dispatched for nothing).
+                # others would be marked dispatched for nothing), and no more than
+                # they take within that half tick (_room).
+                window = weft_settings.TICK_INTERVAL / 2
                 report = tick(
                     self.dispatcher,
-                    redispatch_after=weft_settings.TICK_INTERVAL / 2,
+                    redispatch_after=window,
                     workflows=registry.workflow_names(),
+                    dispatch_limit=self._room(window),
                 )
                 if failures:
                     logger.info("sweep: working again after %d failed attempts", failures)
@@ -147,6 +154,17 @@ class InProcessWorker:
                 self._stopping.wait(max(interval - (time.monotonic() - started), 0.0))
             else:
                 self._rest(started + interval)
+
+    def _room(self, window: float) -> int:
+        """How many runs this process's sweep hands its threads: as many as they took in
+        the last ``window`` (at least two per thread), less those still waiting in its
+        queue. A run left waiting here longer than ``window`` is no longer "just handed
+        out" to another worker's sweep, which sends it again: both processes would then
+        claim it, one in vain (with a large ``WEFT_TICK_BATCH``, about every run of a
+        backlog). What this sweep leaves stays runnable for the next sweep, its own or
+        another worker's."""
+        pace = max(self._threads_wanted * ROOM_PER_THREAD, self.dispatcher.taken_within(window))
+        return max(pace - self.dispatcher.qsize(), 0)
 
     def _rest(self, deadline: float) -> None:
         """Until the next sweep is due (``deadline``), or until this process has room for

@@ -44,13 +44,21 @@ class TickReport:
     """Runs woken because an activity concurrency slot was handed on to an attempt of theirs."""
     batch: int = 0
     """The ``WEFT_TICK_BATCH`` this sweep ran with."""
+    dispatch_limit: int | None = None
+    """The most runs this sweep could dispatch, when its caller set fewer than ``batch``
+    (``weft_worker``: what its threads have room for)."""
+    held_back: bool = False
+    """Runs were due a dispatch, and ``dispatch_limit`` was 0: none was sent."""
 
     @property
     def backlog(self) -> bool:
-        """Whether a part of this sweep stopped at its batch: more of that work is likely
-        due now, and a worker with room should sweep again without waiting a tick."""
+        """Whether a part of this sweep stopped at its batch (or the dispatch at its
+        limit): more of that work is likely due now, and a worker with room should sweep
+        again without waiting a tick."""
         if self.batch <= 0:
             return False
+        if self.held_back or (self.dispatch_limit is not None and 0 < self.dispatch_limit <= self.dispatched):
+            return True
         counts = (self.fired, self.dispatched, self.finalizers, self.schedules, self.admitted, self.handed_on)
         return max(counts) >= self.batch
 
@@ -74,6 +82,7 @@ def tick(
     *,
     redispatch_after: float | None = None,
     workflows: Collection[str] | None = None,
+    dispatch_limit: int | None = None,
 ) -> TickReport:
     """One sweep: fire due timers and schedules, dispatch runnable runs and expired leases,
     then work on one batch of a bulk job.
@@ -92,11 +101,18 @@ def tick(
     runs and finalizers dispatched to those of these workflows (a worker without a
     workflow's code would leave its finalizer unrun); timers, schedules and the rest are
     swept for every run.
+
+    ``dispatch_limit`` (``weft_worker`` passes what its threads have room for) caps the
+    runs dispatched below ``WEFT_TICK_BATCH``; the rest stay runnable, for the next sweep
+    or another worker's.
     """
     dispatcher = dispatcher or get_dispatcher()
     store = get_store()
     batch = weft_settings.TICK_BATCH
     report = TickReport(batch=batch)
+    dispatch_batch = batch
+    if dispatch_limit is not None and dispatch_limit < batch:
+        report.dispatch_limit = dispatch_batch = max(dispatch_limit, 0)
     deliver = delivers(dispatcher)
     workflow_limits = registry.concurrency_limits()
     activity_limits = registry.activity_concurrency_limits()
@@ -141,9 +157,11 @@ def tick(
     # parked child sent its parent's cancellation request): the dispatch reads whenever
     # one of them did something, as well as when the probe saw work.
     made_runnable = report.fired or report.schedules or report.admitted or parents or report.closed_children
-    if deliver and (work.dispatch or made_runnable):
+    if deliver and (work.dispatch or made_runnable) and not dispatch_batch:
+        report.held_back = True
+    elif deliver and (work.dispatch or made_runnable):
         runnable, expired, priorities = store.sweep.claim_dispatch_batch(
-            batch,
+            dispatch_batch,
             weft_settings.REDISPATCH_AFTER if redispatch_after is None else redispatch_after,
             weft_settings.TAKEOVER_GRACE,
             workflows,

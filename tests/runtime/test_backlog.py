@@ -10,9 +10,9 @@ import pytest
 
 from django_weft import client
 from django_weft.models import WorkflowRun
-from django_weft.runtime.dispatch import SweepOnlyDispatcher, use_dispatcher
-from django_weft.runtime.inprocess import InProcessWorker
-from django_weft.runtime.sweep import TickReport
+from django_weft.runtime.dispatch import LocalDispatcher, SweepOnlyDispatcher, Work, use_dispatcher
+from django_weft.runtime.inprocess import ROOM_PER_THREAD, InProcessWorker
+from django_weft.runtime.sweep import TickReport, tick
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,6 +31,56 @@ def test_a_report_that_reached_its_batch_says_more_is_due() -> None:
     assert TickReport(batch=5, dispatched=5).backlog
     assert TickReport(batch=5, fired=5).backlog
     assert not TickReport(batch=0).backlog
+
+
+def test_a_report_that_reached_its_dispatch_limit_says_more_is_due() -> None:
+    assert TickReport(batch=100, dispatch_limit=4, dispatched=4).backlog
+    assert not TickReport(batch=100, dispatch_limit=4, dispatched=3).backlog
+    assert TickReport(batch=100, dispatch_limit=0, held_back=True).backlog
+
+
+def test_a_local_dispatcher_counts_the_work_its_threads_took() -> None:
+    local = LocalDispatcher()
+    for index in range(3):
+        local.dispatch_turn(f"run-{index}")
+    assert local.taken_within(10) == 0
+    assert local.get(0.1) == Work("run-0") and local.get(0.1) == Work("run-1")
+    assert local.taken_within(10) == 2
+    time.sleep(0.05)
+    assert local.taken_within(0.01) == 0
+
+
+def test_a_sweep_with_a_dispatch_limit_leaves_the_rest_runnable_for_another() -> None:
+    """``weft_worker`` hands its threads only what they have room for: the other runs
+    stay undispatched, and the next sweep (another worker's here) takes them."""
+    runs = {client.start("tests.echo", args=[index]).run_id for index in range(7)}
+    mine, theirs = LocalDispatcher(), LocalDispatcher()
+    report = tick(mine, redispatch_after=60, dispatch_limit=3)
+    assert (report.dispatched, report.backlog, mine.qsize()) == (3, True, 3)
+    assert WorkflowRun.objects.filter(pk__in=runs, dispatched_at__isnull=True).count() == 4
+    held = tick(mine, redispatch_after=60, dispatch_limit=0)
+    assert (held.dispatched, held.held_back, held.backlog, mine.qsize()) == (0, True, True, 3)
+    report = tick(theirs, redispatch_after=60)
+    assert (report.dispatched, report.backlog) == (4, False)
+    taken = [mine.get(0.1) for _ in range(3)]
+    assert set(report.run_ids) | {work.run_id for work in taken if work is not None} == runs
+
+
+def test_a_workers_room_is_its_threads_pace_less_its_queue() -> None:
+    worker = InProcessWorker(threads=2)
+    try:
+        local = worker.dispatcher
+        assert worker._room(0.5) == 2 * ROOM_PER_THREAD  # no pace yet: two runs per thread
+        for index in range(12):
+            local.dispatch_turn(f"run-{index}")
+        assert worker._room(0.5) == 0
+        for _ in range(10):  # the threads took ten in the last half second: their pace
+            local.get(0.1)
+        assert worker._room(0.5) == 10 - 2
+        time.sleep(0.3)
+        assert worker._room(0.2) == 2 * ROOM_PER_THREAD - 2  # the pace seen is over
+    finally:
+        use_dispatcher(None)
 
 
 def test_a_backlog_of_eight_batches_drains_within_one_tick_interval(settings: Any) -> None:
