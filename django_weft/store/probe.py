@@ -81,6 +81,11 @@ class SweepProbe:
         if cached is None:
             cached = self._statement(grace, workflows, workflow_limits, activity_limits, dispatch)
             if self.sql.clock_in_sql:
+                # Its values (statuses, kinds, names, the grace) are the same at every
+                # sweep: written into the statement, its one plan reads each part's
+                # partial index (StoreSql.with_values).
+                names, statement, params = cached
+                cached = names, self.sql.with_values(statement, params), []
                 if len(_statements) >= _KEPT:  # registries that keep changing (tests)
                     _statements.clear()
                 _statements[key] = cached

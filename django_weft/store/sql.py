@@ -210,6 +210,19 @@ class StoreSql:
             params.extend(more)
         return "SELECT " + ", ".join(parts), params
 
+    def with_values(self, statement: str, params: Sequence[Any]) -> str:
+        """``statement`` (Django's ``%s`` placeholders) with ``params`` written in as
+        PostgreSQL literals, quoted by psycopg.
+
+        For a statement run often with the same values, prepared: a generic plan is made
+        without its parameters' values, so a partial index whose predicate names a value
+        (``status = 'running'``) cannot serve it, and the plan reads a wider index instead;
+        with the values in its text, the one plan is made for them."""
+        self.connection.ensure_connection()
+        raw = self.connection.connection
+        literals = tuple(psycopg.sql.Literal(value).as_string(raw) for value in params)
+        return statement % literals
+
     def run_exists(self, statement: str, params: Sequence[Any]) -> list[bool]:
         """Run a statement of :meth:`exists_statement`: prepared on PostgreSQL (planned
         once per connection)."""

@@ -1,5 +1,6 @@
 """The prepared statements of a turn find the run row by its primary key, whatever the
-statistics say (store/sql.py ``OWNED_BY_KEY``).
+statistics say (store/sql.py ``OWNED_BY_KEY``), and the sweep's probe reads each part's
+partial index (its values written into its text: ``StoreSql.with_values``).
 
 A prepared statement keeps one plan. Planned while the table's statistics say few runs
 are owned or running (most are finished), a fence written ``owner_id = %s`` was served
@@ -21,6 +22,7 @@ from django.db import connection
 from django_weft import client
 from django_weft.engine.executor import TurnOutcome
 from django_weft.models import WorkflowRun
+from django_weft.runtime.process import get_store
 from django_weft.testing import make_engine
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -118,3 +120,14 @@ def test_a_turns_fenced_statements_read_the_run_by_its_key(plans: list[str]) -> 
     # A completion fails the run's pending updates found by the run, not among every pending one.
     completions = [plan for plan in plans if "Query Text: WITH done AS" in plan]
     assert not any("weft_update_pending" in plan for plan in completions)
+
+
+def test_the_sweeps_probe_reads_each_parts_partial_index(plans: list[str]) -> None:
+    """The probe's values (statuses, kinds, workflow names) are written into its text
+    (``StoreSql.with_values``): a generic plan of ``status = $1`` could not use the
+    partial index of runnable runs (its predicate names ``'running'``) and read every
+    running run from the index by status instead."""
+    get_store().probe.pending(grace=30, workflows=["tests.echo"], dispatch=True)
+    (probe,) = [plan for plan in plans if "Query Text: SELECT EXISTS" in plan]
+    assert "$1" not in probe.split("Query Text:", 1)[1].split("\n", 1)[0]
+    assert "using weft_run_runnable on django_weft_workflowrun" in probe
