@@ -279,7 +279,7 @@ def timers_due(server: Server, due: int, threads: int, log_dir: Path) -> Wake:
         for worker in workers:
             worker.stop()
     return Wake(
-        fired_in=(fired["last"] - moved_at).total_seconds(),
+        fired_in=(fired["last"] - moved_at).total_seconds() if fired["last"] is not None else float("nan"),
         woken_in=(last["claimed"] - moved_at).total_seconds(),
         completed_in=(last["finished"] - moved_at).total_seconds(),
         runs=len(ids),

@@ -100,6 +100,13 @@ whatever the table holds. The claim's condition on the status (the partial index
 running and active runs) and a completion's on its pending updates are written the same
 way, for the same reason."""
 
+UNFIRED = "num_nulls(fired_at) = 1 "
+"""A timer not fired yet, in a prepared statement that finds a run's timers by the run:
+``fired_at IS NULL`` would let the planner read the partial index of unfired timers
+(``weft_timer_unfired``, by time, every run's) whole instead, when its statistics say
+it is small (after a wake fired most timers); ``num_nulls`` says the same and implies
+no index predicate (PostgreSQL rewrites ``IS NOT DISTINCT FROM NULL`` to ``IS NULL``)."""
+
 _HOLDS_SLOT = "AND (concurrency_key IS NULL OR slot = 'held') "
 """A claim's condition for flow control: a run counted by a concurrency limit is claimed
 only once it holds a slot (:mod:`.flow` gives it one, under its key's lock)."""
@@ -212,7 +219,7 @@ class StoreSql:
 
     def with_values(self, statement: str, params: Sequence[Any]) -> str:
         """``statement`` (Django's ``%s`` placeholders) with ``params`` written in as
-        PostgreSQL literals, quoted by psycopg.
+        PostgreSQL literals, quoted by psycopg, to run with no parameters.
 
         For a statement run often with the same values, prepared: a generic plan is made
         without its parameters' values, so a partial index whose predicate names a value
@@ -221,7 +228,9 @@ class StoreSql:
         self.connection.ensure_connection()
         raw = self.connection.connection
         literals = tuple(psycopg.sql.Literal(value).as_string(raw) for value in params)
-        return statement % literals
+        # Run with an empty parameter list, the text is read for placeholders again: a
+        # literal's "%" (a workflow named "10% off") is written "%%".
+        return (statement % literals).replace("%", "%%")
 
     def run_exists(self, statement: str, params: Sequence[Any]) -> list[bool]:
         """Run a statement of :meth:`exists_statement`: prepared on PostgreSQL (planned
@@ -656,8 +665,7 @@ class StoreSql:
             f"WHERE {OWNED_BY_KEY}"
             "RETURNING id, workflow_id, workflow_name, concurrency_key, finished_at), "
             f"{last_steps}"
-            f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) "
-            "AND fired_at IS NULL), "
+            f"gone AS (DELETE FROM {TIMER_TABLE} WHERE run_id IN (SELECT id FROM done) AND {UNFIRED}), "
             f"unanswered AS (UPDATE {UPDATE_TABLE} SET status = 'failed', error = %(unanswered)s::jsonb, "
             f"updated_at = {now} WHERE run_id IN (SELECT id FROM done) AND status IS NOT DISTINCT FROM "
             "'accepted') "

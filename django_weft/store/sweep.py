@@ -259,10 +259,12 @@ class Sweep:
     def claim_dispatch_batch(
         self, batch: int, redispatch_after: float, grace: float, workflows: Collection[str] | None = None
     ) -> DispatchBatch:
-        """Runnable runs and expired leases that nobody dispatched recently; marks them
-        dispatched (so concurrent sweepers do not both send them) and returns the ids of
-        both, runnable first, the runnable ones higher priority first and then the
-        longest waiting, with the priorities of those that have one.
+        """Runnable runs and expired leases that nobody dispatched recently, ``batch`` at
+        most and an expired lease whenever there is one (one over the batch if the
+        runnable runs filled it); marks them dispatched (so concurrent sweepers do not
+        both send them) and returns the ids of both, runnable first, the runnable ones
+        higher priority first and then the longest waiting, with the priorities of those
+        that have one.
 
         A run whose dispatch has not led to a claim is sent again after
         ``redispatch_after``, and then at growing intervals: a run is re-sent only once
@@ -298,12 +300,15 @@ class Sweep:
                 .order_by("-priority", "ready_at", "created_at")
                 .values_list("pk", "priority")[:batch]
             )
+            # At least one expired lease per sweep, beyond the batch if the runnable runs
+            # filled it: a run its worker lost is not left behind a backlog for as long
+            # as the backlog lasts (a worker's sweep may dispatch only a few at a time).
             expired = list(
                 self.expired_runs(now, grace, workflows)
                 .alias(waited=waited("lease_expires_at"))
                 .filter(due("lease_expires_at"))
                 .select_for_update(skip_locked=True)
-                .values_list("pk", "priority")[: max(batch - len(runnable), 0)]
+                .values_list("pk", "priority")[: max(batch - len(runnable), min(batch, 1))]
             )
             ids = [pk for pk, _ in runnable] + [pk for pk, _ in expired]
             if ids:

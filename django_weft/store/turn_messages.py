@@ -30,6 +30,7 @@ from .sql import (
     STEP_ON_CONFLICT,
     STEP_TABLE,
     TIMER_TABLE,
+    UNFIRED,
     UPDATE_TABLE,
     StoreSql,
 )
@@ -54,7 +55,7 @@ def _finish_wait_sql(sql: StoreSql) -> str:
             "FROM fence WHERE %(signal)s::bigint IS NULL OR EXISTS (SELECT 1 FROM consumed) "
             f"{STEP_ON_CONFLICT} RETURNING id), "
             f"dropped AS (DELETE FROM {TIMER_TABLE} WHERE run_id = %(id)s AND seq = %(seq)s "
-            "AND fired_at IS NULL AND EXISTS (SELECT 1 FROM written)) "
+            f"AND {UNFIRED}AND EXISTS (SELECT 1 FROM written)) "
             "SELECT EXISTS (SELECT 1 FROM fence), EXISTS (SELECT 1 FROM written)"
         )
     return _FINISH_WAIT_SQL

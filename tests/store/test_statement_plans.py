@@ -56,6 +56,17 @@ def _finished_runs(count: int) -> None:
             "WHERE t.id = %s",
             [count, template],
         )
+        # Each copy has a timer that fired and an update that was answered: statistics
+        # that say the unfired timers and the pending updates are few.
+        copies = f"FROM {table} WHERE workflow_id LIKE 'copy-%%'"
+        cursor.execute(
+            "INSERT INTO django_weft_timer (run_id, seq, kind, fire_at, fired_at, created_at) "
+            f"SELECT id, 0, 'sleep', now(), now(), now() {copies}"
+        )
+        cursor.execute(
+            "INSERT INTO django_weft_update (run_id, update_id, name, status, validated, created_at, "
+            f"updated_at) SELECT id, 'answered', 'bump', 'completed', true, now(), now() {copies}"
+        )
         for name in ("workflowrun", "step", "signal", "update", "timer"):
             cursor.execute(f"ANALYZE django_weft_{name}")
 
@@ -117,9 +128,16 @@ def test_a_turns_fenced_statements_read_the_run_by_its_key(plans: list[str]) -> 
             statement,
             scans,
         )
-    # A completion fails the run's pending updates found by the run, not among every pending one.
+    # A completion fails the run's pending updates, and it and a wait's step drop the
+    # run's unfired timers, found by the run, not among every pending update or unfired
+    # timer.
     completions = [plan for plan in plans if "Query Text: WITH done AS" in plan]
+    waits = [plan for plan in plans if "Query Text: WITH fence AS (SELECT" in plan and "dropped AS" in plan]
+    assert completions and waits
     assert not any("weft_update_pending" in plan for plan in completions)
+    assert not any(
+        "weft_timer_unfired" in plan or "weft_timer_kind_due" in plan for plan in completions + waits
+    )
 
 
 def test_the_sweeps_probe_reads_each_parts_partial_index(plans: list[str]) -> None:

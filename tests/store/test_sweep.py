@@ -82,6 +82,20 @@ def test_tick_redispatches_expired_leases_for_takeover() -> None:
     assert WorkflowRun.objects.get(pk=handle.run_id).owner_epoch == 2
 
 
+def test_an_expired_lease_is_dispatched_even_behind_a_full_batch_of_runnable_runs() -> None:
+    """A sweep whose batch the runnable runs fill still sends one run whose worker lost
+    it: ``weft_worker``'s sweep dispatches only what its threads have room for, and a
+    backlog would otherwise hold the lost run back for as long as it lasts."""
+    lost = client.start("tests.echo").run_id
+    assert DjangoStore().turns.claim(lost, "dead-engine", 30, 10) is not None
+    WorkflowRun.objects.filter(pk=lost).update(lease_expires_at="2000-01-01T00:00:00Z", dispatched_at=None)
+    backlog = [client.start("tests.echo", args=[index]).run_id for index in range(3)]
+    report = tick(LocalDispatcher(), redispatch_after=60, dispatch_limit=2)
+    assert report.taken_over == [lost]
+    assert len(set(report.run_ids) & set(backlog)) == 2
+    assert tick(LocalDispatcher(), redispatch_after=60, dispatch_limit=0).run_ids == []
+
+
 def test_a_turn_dispatched_at_the_timer_fires_it_itself() -> None:
     (run_id,) = park_sleepers(1, 0.1)
     time.sleep(0.15)

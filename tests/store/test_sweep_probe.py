@@ -143,3 +143,15 @@ def test_a_child_a_timed_out_parent_sends_its_cancellation_request_is_dispatched
     assert WorkflowRun.objects.get(pk=parent.run_id).status == "timed_out"
     assert str(child.pk) in report.closed_children
     assert str(child.pk) in report.run_ids  # woken to receive the request: sent at once, not a tick later
+
+
+@pytest.mark.postgres
+def test_workflow_names_with_a_percent_sign_are_probed_as_they_are() -> None:
+    """On PostgreSQL the probe's values are written into its text (``with_values``): a
+    ``%`` in a name is neither a placeholder nor an escape."""
+    names = ["discount 10%", "a%sb", "a%%b"]
+    for name in names:
+        WorkflowRun.objects.create(workflow_name=name, workflow_id=f"percent {name}", status="running")
+    for name in names:
+        assert DjangoStore().probe.pending(grace=0.5, workflows=[name]).dispatch, name
+    assert not DjangoStore().probe.pending(grace=0.5, workflows=["a%b", "discount 10"]).dispatch
