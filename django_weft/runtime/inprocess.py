@@ -37,6 +37,11 @@ ROOM_PER_THREAD = 2
 """Runs a sweep may queue for each turn thread, whatever the threads' recent pace: one
 to work on and one waiting, so a thread never waits for the sweep that refills it."""
 
+ROOM_FLOOR = 100
+"""Runs a sweep may queue, whatever the threads' recent pace: a burst of up to this many
+(``WEFT_TICK_BATCH``'s default) is queued whole, so the threads take it in priority
+order; beyond it, the threads' pace decides."""
+
 
 class InProcessWorker:
     """Turn threads, a sweep thread, a timer thread and a heartbeat thread sharing one
@@ -157,13 +162,14 @@ class InProcessWorker:
 
     def _room(self, window: float) -> int:
         """How many runs this process's sweep hands its threads: as many as they took in
-        the last ``window`` (at least two per thread), less those still waiting in its
-        queue. A run left waiting here longer than ``window`` is no longer "just handed
-        out" to another worker's sweep, which sends it again: both processes would then
-        claim it, one in vain (with a large ``WEFT_TICK_BATCH``, about every run of a
-        backlog). What this sweep leaves stays runnable for the next sweep, its own or
-        another worker's."""
-        pace = max(self._threads_wanted * ROOM_PER_THREAD, self.dispatcher.taken_within(window))
+        the last ``window`` (at least :data:`ROOM_FLOOR`, and two per thread), less those
+        still waiting in its queue. A run left waiting here longer than ``window`` is no
+        longer "just handed out" to another worker's sweep, which sends it again: both
+        processes would then claim it, one in vain (with a large ``WEFT_TICK_BATCH``,
+        about every run of a backlog). What this sweep leaves stays runnable for the next
+        sweep, its own or another worker's."""
+        floor = max(ROOM_FLOOR, self._threads_wanted * ROOM_PER_THREAD)
+        pace = max(floor, self.dispatcher.taken_within(window))
         return max(pace - self.dispatcher.qsize(), 0)
 
     def _rest(self, deadline: float) -> None:

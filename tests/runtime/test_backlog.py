@@ -11,7 +11,7 @@ import pytest
 from django_weft import client
 from django_weft.models import WorkflowRun
 from django_weft.runtime.dispatch import LocalDispatcher, SweepOnlyDispatcher, Work, use_dispatcher
-from django_weft.runtime.inprocess import ROOM_PER_THREAD, InProcessWorker
+from django_weft.runtime.inprocess import ROOM_FLOOR, ROOM_PER_THREAD, InProcessWorker
 from django_weft.runtime.sweep import TickReport, tick
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,15 +70,16 @@ def test_a_workers_room_is_its_threads_pace_less_its_queue() -> None:
     worker = InProcessWorker(threads=2)
     try:
         local = worker.dispatcher
-        assert worker._room(0.5) == 2 * ROOM_PER_THREAD  # no pace yet: two runs per thread
-        for index in range(12):
+        assert worker._room(0.5) == ROOM_FLOOR  # no pace yet: the floor
+        for index in range(ROOM_FLOOR + 60):
             local.dispatch_turn(f"run-{index}")
         assert worker._room(0.5) == 0
-        for _ in range(10):  # the threads took ten in the last half second: their pace
+        for _ in range(ROOM_FLOOR + 50):  # the threads took that many in the last half second
             local.get(0.1)
-        assert worker._room(0.5) == 10 - 2
+        assert worker._room(0.5) == ROOM_FLOOR + 50 - 10
         time.sleep(0.3)
-        assert worker._room(0.2) == 2 * ROOM_PER_THREAD - 2  # the pace seen is over
+        assert worker._room(0.2) == ROOM_FLOOR - 10  # the pace seen is over: the floor
+        assert InProcessWorker(threads=ROOM_FLOOR)._room(0.5) == ROOM_FLOOR * ROOM_PER_THREAD
     finally:
         use_dispatcher(None)
 
