@@ -31,7 +31,8 @@ from ..engine.records import ACTIVE_STATUSES, RunStatus, StepStatus, TimerKind
 from ..engine.run_logging import get_logger
 from ..models import ActivitySlot, RateLimitBucket, Step, Timer
 from .flow import _SQLITE_LOCK, ACTIVITY_GROUPS, group_lock
-from .sql import StoreSql, aware
+from .sql import StoreSql
+from .statement_parts import aware
 
 logger = get_logger("django_weft.store")
 

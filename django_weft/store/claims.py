@@ -19,7 +19,8 @@ from ..engine.run_logging import get_logger
 from ..models import Timer
 from .attempts import ActivityAttempts
 from .flow import HELD, FlowControl
-from .sql import StoreSql, aware, json_value
+from .sql import StoreSql
+from .statement_parts import aware, json_value
 
 timer_log = get_logger("django_weft.timers")
 

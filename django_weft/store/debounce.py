@@ -36,7 +36,8 @@ from ..engine.run_logging import get_logger
 from ..models import Timer, WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
 from .intake import Intake
-from .sql import StoreSql, aware
+from .sql import StoreSql
+from .statement_parts import aware
 
 logger = get_logger("django_weft.store")
 

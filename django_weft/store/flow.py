@@ -33,7 +33,8 @@ from django.db.models import Exists, Max, Min, OuterRef, Q
 from ..engine.flow import Concurrency, queued_reason
 from ..engine.records import ACTIVE_STATUSES, RunStatus
 from ..engine.run_logging import get_logger
-from .sql import RUN_TABLE, StoreSql
+from .sql import StoreSql
+from .statement_parts import RUN_TABLE
 
 logger = get_logger("django_weft.store")
 

@@ -26,7 +26,8 @@ from ..engine.parking import handled_updates, unknown_update_error
 from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
 from ..models import Signal, Timer, Update, WorkflowRun
 from .notices import NOTICE_HORIZON, NOTIFY_CHANNEL, work_notice
-from .sql import RUN_TABLE, SIGNAL_TABLE, StoreSql
+from .sql import StoreSql
+from .statement_parts import RUN_TABLE, SIGNAL_TABLE
 
 _DELIVER_SIGNAL_SQL = (
     # The run's row lock first, as every writer takes it: it orders the run's signals

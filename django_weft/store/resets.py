@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -40,6 +41,7 @@ from ..engine.reset import ResetLink, ResetOutcome, check_cut
 from ..models import Timer, Update
 from ..models.messages import UpdateStatus
 from .sql import StoreSql
+from .statement_parts import SIGNAL_TABLE, STEP_COLUMNS, STEP_TABLE, UPDATE_TABLE
 
 _RESET_FIELDS = (
     "workflow_id", "workflow_name", "status", "created_at", "parent_id", "parent_seq", "parent_close_policy",
@@ -68,7 +70,7 @@ class Resets:
         """Close run ``run_pk`` if it is active and start its replacement, in the caller's
         transaction: the new run (runnable; ``dispatched``: the caller rings its doorbell)
         has the entries before ``to_seq``, the signals and updates the old one had (see
-        :meth:`StoreSql.copy_for_reset`), its search attributes, parent, deadline, finalizer state
+        :meth:`_copy_for_reset`), its search attributes, parent, deadline, finalizer state
         and a cancellation request it had received before ``to_seq``, and links both ways.
 
         ``kept`` is the history the caller replayed; if the run's differs now (it moved on,
@@ -175,7 +177,7 @@ class Resets:
                 run_id=str(run_pk),
                 status=run["status"],
             ) from None
-        self.sql.copy_for_reset(run_pk, new_pk, to_seq, now)
+        self._copy_for_reset(run_pk, new_pk, to_seq, now)
         if closed:
             Timer.objects.using(self.sql.alias).filter(run_id=run_pk).unfired().delete()
             # Pending updates were copied to the new run, which applies them; a caller
@@ -218,6 +220,43 @@ class Resets:
             return policy
         parent = self.sql.runs().filter(pk=run["parent_id"]).values_list("status", flat=True).first()
         return "abandon" if parent is None or parent in TERMINAL_STATUSES else policy
+
+    def _copy_for_reset(self, old: uuid.UUID, new: uuid.UUID, cut: int, now: datetime) -> None:
+        """A reset's copies, from run ``old`` to run ``new``, each one ``INSERT ... SELECT``
+        (payloads never leave the database; times are kept as recorded):
+
+        - the steps before position ``cut``, as recorded;
+        - every signal in arrival order, consumed where a kept step consumed it, else
+          buffered again (those consumed at or after the cut are received again);
+        - every update in arrival order: with its outcome if it was applied before the cut
+          (or answered without being applied), else accepted again, to be applied by the
+          new run (those pending, and those applied at or after the cut)."""
+        sql = self.sql
+        params = {
+            "old": sql.run_key(old),
+            "new": sql.run_key(new),
+            "cut": cut,
+            "now": sql.dt(now),
+        }
+        again = "(status = 'accepted' OR applied_seq >= %(cut)s)"
+        statements = (
+            f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "
+            "result, error, attempt, started_at, finished_at, created_at, updated_at, 0, failed_attempts "
+            f"FROM {STEP_TABLE} WHERE run_id = %(old)s AND seq < %(cut)s",
+            f"INSERT INTO {SIGNAL_TABLE} (run_id, name, payload, signal_id, received_at, consumed_seq) "
+            "SELECT %(new)s, name, payload, signal_id, received_at, "
+            "CASE WHEN consumed_seq < %(cut)s THEN consumed_seq END "
+            f"FROM {SIGNAL_TABLE} WHERE run_id = %(old)s ORDER BY id",
+            f"INSERT INTO {UPDATE_TABLE} (update_id, run_id, name, payload, status, result, error, "
+            "applied_seq, validated, created_at, updated_at) "
+            f"SELECT update_id, %(new)s, name, payload, CASE WHEN {again} THEN 'accepted' ELSE status END, "
+            f"CASE WHEN {again} THEN NULL ELSE result END, CASE WHEN {again} THEN NULL ELSE error END, "
+            f"CASE WHEN {again} THEN NULL ELSE applied_seq END, validated, created_at, %(now)s "
+            f"FROM {UPDATE_TABLE} WHERE run_id = %(old)s ORDER BY id",
+        )
+        with sql.connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement, params)
 
 
 def _finalizer_state(kept: Mapping[int, StepRecord]) -> Any:

@@ -21,7 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -30,7 +30,6 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models.functions import Now
 from django.dispatch import Signal as DjangoSignal
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from .. import signals
 from ..conf import weft_settings
@@ -42,7 +41,7 @@ from ..engine.records import (
     TimerWrite,
 )
 from ..engine.run_logging import get_logger
-from ..models import Signal, Step, Timer, Update, WorkflowRun
+from ..models import WorkflowRun
 from ..models.querysets import WorkflowRunQuerySet
 
 try:
@@ -51,109 +50,26 @@ except ImportError:  # SQLite-only installs
     psycopg = None  # type: ignore[assignment]
 
 from .base import deposed, unanswered_error
+from .statement_parts import (
+    HOLDS_SLOT,
+    LAST_STEP_VALUES,
+    OWNED_BY_KEY,
+    RUN_TABLE,
+    STEP_COLUMNS,
+    STEP_ON_CONFLICT,
+    STEP_TABLE,
+    TIMER_TABLE,
+    UNFIRED,
+    UPDATE_TABLE,
+    aware,
+    step_record,
+)
 
 logger = get_logger("django_weft.store")
 
 _Fetched = TypeVar("_Fetched")
 
-RUN_TABLE = WorkflowRun._meta.db_table
-STEP_TABLE = Step._meta.db_table
-TIMER_TABLE = Timer._meta.db_table
-UPDATE_TABLE = Update._meta.db_table
-SIGNAL_TABLE = Signal._meta.db_table
-
-STEP_COLUMNS = (
-    "run_id, seq, kind, name, status, args, result, error, attempt, "
-    "started_at, finished_at, created_at, updated_at, epoch, failed_attempts"
-)
-STEP_ON_CONFLICT = (
-    "ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, "
-    "result = excluded.result, error = excluded.error, attempt = excluded.attempt, "
-    # An activity's step is its last attempt: when that began. A wait's began with the wait.
-    f"started_at = CASE WHEN excluded.kind = 'activity' THEN excluded.started_at "
-    f"ELSE {STEP_TABLE}.started_at END, "
-    "finished_at = excluded.finished_at, updated_at = excluded.updated_at, "
-    "failed_attempts = excluded.failed_attempts"
-)
-
-
-_LAST_STEP_VALUES = (
-    "%(step_seq)s, %(step_kind)s, %(step_name)s, %(step_status)s, %(step_args)s::jsonb, "
-    "%(step_result)s::jsonb, %(step_error)s::jsonb, %(step_attempt)s, %(step_started)s, "
-    "%(step_finished)s, %(step_stamp)s, %(step_stamp)s, %(step_epoch)s, %(step_failed)s::jsonb"
-)
-"""A step's values (:data:`STEP_COLUMNS` after ``run_id``) in a statement that has other
-``result`` and ``error`` parameters: the terminal commit that records the last step."""
-
 _STEP_SQL: dict[str, str] = {}
-
-OWNED_BY_KEY = "id = %(id)s AND owner_id IS NOT DISTINCT FROM %(owner)s AND owner_epoch = %(epoch)s "
-"""The fence of a PostgreSQL statement: the run row, found by its primary key, owned by
-``%(owner)s`` under ``%(epoch)s``.
-
-``IS NOT DISTINCT FROM`` is ``=`` here (an owner is never NULL), but the planner cannot
-infer ``owner_id IS NOT NULL`` from it: with ``=`` it may serve the statement from the
-partial index of owned runs (``weft_run_owned_lease``), reading every entry of it, when
-its statistics say that index is small; a prepared statement keeps that plan while the
-index grows (an entry per claim until vacuum). By the key, a fence reads one row
-whatever the table holds. The claim's condition on the status (the partial indexes of
-running and active runs) and a completion's on its pending updates are written the same
-way, for the same reason."""
-
-UNFIRED = "num_nulls(fired_at) = 1 "
-"""A timer not fired yet, in a prepared statement that finds a run's timers by the run:
-``fired_at IS NULL`` would let the planner read the partial index of unfired timers
-(``weft_timer_unfired``, by time, every run's) whole instead, when its statistics say
-it is small (after a wake fired most timers); ``num_nulls`` says the same and implies
-no index predicate (PostgreSQL rewrites ``IS NOT DISTINCT FROM NULL`` to ``IS NULL``)."""
-
-_HOLDS_SLOT = "AND (concurrency_key IS NULL OR slot = 'held') "
-"""A claim's condition for flow control: a run counted by a concurrency limit is claimed
-only once it holds a slot (:mod:`.flow` gives it one, under its key's lock)."""
-
-
-def aware(value: str | datetime) -> datetime:
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        assert parsed is not None, value
-        value = parsed
-    if timezone.is_naive(value):
-        value = value.replace(tzinfo=UTC)
-    return value
-
-
-def json_value(value: Any) -> Any:
-    return codec.loads(value) if isinstance(value, str | bytes) else value
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _moment(value: int | str | datetime) -> datetime:
-    """A step's time as the history read gives it: microseconds since the epoch
-    (PostgreSQL: exact, and a tenth of the cost of loading a ``timestamptz``), or a
-    datetime or its text (SQLite)."""
-    if isinstance(value, int):
-        return _EPOCH + timedelta(microseconds=value)
-    return aware(value)
-
-
-def _step_record(row: Sequence[Any]) -> StepRecord:
-    """A :class:`StepRecord` from ``seq, kind, name, status, result, error, attempt,
-    started_at, finished_at, failed_attempts`` columns."""
-    seq, kind, name, status, result, error, attempt, started, finished, failed = row
-    return StepRecord(
-        seq=seq,
-        kind=kind,
-        name=name,
-        status=status,
-        result=json_value(result),
-        error=json_value(error),
-        attempt=attempt,
-        started_at=_moment(started) if started is not None else None,
-        finished_at=_moment(finished) if finished is not None else None,
-        failed_attempts=tuple(json_value(failed)) if failed is not None else (),
-    )
 
 
 class StoreSql:
@@ -375,7 +291,7 @@ class StoreSql:
             sql = (
                 f"WITH old AS (SELECT id, owner_id, lease_expires_at, ready_at FROM {RUN_TABLE} "
                 "WHERE id = %(id)s AND status IS NOT DISTINCT FROM 'running' AND (owner_id IS NULL OR "
-                f"lease_expires_at < {cutoff}) {names}{_HOLDS_SLOT}"
+                f"lease_expires_at < {cutoff}) {names}{HOLDS_SLOT}"
                 f"FOR UPDATE) UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
                 f"lease_expires_at = {until}, claimed_at = {now_sql}, "
                 f"waiting_on = NULL, updated_at = {now_sql} FROM old WHERE {RUN_TABLE}.id = old.id "
@@ -389,7 +305,7 @@ class StoreSql:
         now = self.local_now()
         condition = (
             "WHERE id = %(id)s AND status = 'running' AND "
-            f"(owner_id IS NULL OR lease_expires_at < %(cutoff)s) {names}{_HOLDS_SLOT}"
+            f"(owner_id IS NULL OR lease_expires_at < %(cutoff)s) {names}{HOLDS_SLOT}"
         )
         sql = (
             f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
@@ -435,10 +351,10 @@ class StoreSql:
         )
         params = {"id": self.run_key(run_id)}
         if self.is_postgres:  # once per turn of a run with a history: prepared
-            return {row[0]: _step_record(row) for row in self.fetch_all_prepared(sql, params)}
+            return {row[0]: step_record(row) for row in self.fetch_all_prepared(sql, params)}
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return {row[0]: _step_record(row) for row in cursor.fetchall()}
+            return {row[0]: step_record(row) for row in cursor.fetchall()}
 
     def _step_sql(self) -> str:
         vendor = self.connection.vendor
@@ -652,7 +568,7 @@ class StoreSql:
             # An INSERT of its own per step (a VALUES list would type its NULLs as text).
             for name, value in self.step_params(run_id, owner, epoch, step).items():
                 params[f"step{index}_{name}"] = value
-            values = _LAST_STEP_VALUES.replace("%(step_", f"%(step{index}_")
+            values = LAST_STEP_VALUES.replace("%(step_", f"%(step{index}_")
             last_steps += (
                 f"stepped{index} AS (INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT done.id, {values} "
                 f"FROM done {STEP_ON_CONFLICT}), "
@@ -677,51 +593,7 @@ class StoreSql:
         row = self.fetch_prepared(sql, params)  # prepared: planning it costs more than running it
         return None if row is None else (row[0], row[1], row[2], aware(row[3]))
 
-    def renew_leases_in_one_statement(self, keys: list[Any], owner: str, ttl: float) -> None:
-        """PostgreSQL: extend the leases of the runs ``keys`` still owned by ``owner``,
-        skipping rows locked right now."""
-        params: dict[str, Any] = {"ttl": ttl, "ids": keys, "owner": owner}
-        now = self.sql_now(params)
-        sql = (
-            f"UPDATE {RUN_TABLE} SET lease_expires_at = {now} + %(ttl)s * interval '1 second' "
-            f"WHERE id IN (SELECT id FROM {RUN_TABLE} WHERE id = ANY(%(ids)s) AND owner_id = %(owner)s "
-            "FOR UPDATE SKIP LOCKED)"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-
     def lock_workflow_id(self, workflow_id: str) -> None:
         """PostgreSQL: a transaction-scoped advisory lock on a workflow id."""
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7321))", [workflow_id])
-
-    def copy_for_reset(self, old: uuid.UUID, new: uuid.UUID, cut: int, now: datetime) -> None:
-        """A reset's copies, from run ``old`` to run ``new``, each one ``INSERT ... SELECT``
-        (payloads never leave the database; times are kept as recorded):
-
-        - the steps before position ``cut``, as recorded;
-        - every signal in arrival order, consumed where a kept step consumed it, else
-          buffered again (those consumed at or after the cut are received again);
-        - every update in arrival order: with its outcome if it was applied before the cut
-          (or answered without being applied), else accepted again, to be applied by the
-          new run (those pending, and those applied at or after the cut)."""
-        params = {"old": self.run_key(old), "new": self.run_key(new), "cut": cut, "now": self.dt(now)}
-        again = "(status = 'accepted' OR applied_seq >= %(cut)s)"
-        statements = (
-            f"INSERT INTO {STEP_TABLE} ({STEP_COLUMNS}) SELECT %(new)s, seq, kind, name, status, args, "
-            "result, error, attempt, started_at, finished_at, created_at, updated_at, 0, failed_attempts "
-            f"FROM {STEP_TABLE} WHERE run_id = %(old)s AND seq < %(cut)s",
-            f"INSERT INTO {SIGNAL_TABLE} (run_id, name, payload, signal_id, received_at, consumed_seq) "
-            "SELECT %(new)s, name, payload, signal_id, received_at, "
-            "CASE WHEN consumed_seq < %(cut)s THEN consumed_seq END "
-            f"FROM {SIGNAL_TABLE} WHERE run_id = %(old)s ORDER BY id",
-            f"INSERT INTO {UPDATE_TABLE} (update_id, run_id, name, payload, status, result, error, "
-            "applied_seq, validated, created_at, updated_at) "
-            f"SELECT update_id, %(new)s, name, payload, CASE WHEN {again} THEN 'accepted' ELSE status END, "
-            f"CASE WHEN {again} THEN NULL ELSE result END, CASE WHEN {again} THEN NULL ELSE error END, "
-            f"CASE WHEN {again} THEN NULL ELSE applied_seq END, validated, created_at, %(now)s "
-            f"FROM {UPDATE_TABLE} WHERE run_id = %(old)s ORDER BY id",
-        )
-        with self.connection.cursor() as cursor:
-            for sql in statements:
-                cursor.execute(sql, params)

@@ -22,7 +22,8 @@ from ..engine.records import (
 from ..models import Signal, Timer, Update
 from ..models.messages import UpdateStatus
 from .base import deposed
-from .sql import (
+from .sql import StoreSql
+from .statement_parts import (
     OWNED_BY_KEY,
     RUN_TABLE,
     SIGNAL_TABLE,
@@ -32,7 +33,6 @@ from .sql import (
     TIMER_TABLE,
     UNFIRED,
     UPDATE_TABLE,
-    StoreSql,
 )
 
 _FINISH_WAIT_SQL: str | None = None

@@ -43,6 +43,7 @@ from .claims import RunClaims
 from .finalizers import Finalizers
 from .flow import FlowControl
 from .sql import StoreSql
+from .statement_parts import RUN_TABLE
 from .turn_messages import TurnMessages
 from .waking import Waking
 
@@ -435,7 +436,15 @@ class RunTurns:
             return set()
         keys = {self.sql.run_key(run_id): run_id for run_id in held}
         if self.sql.is_postgres:
-            self.sql.renew_leases_in_one_statement(list(keys), owner, ttl)
+            params: dict[str, Any] = {"ttl": ttl, "ids": list(keys), "owner": owner}
+            now = self.sql.sql_now(params)
+            with self.sql.connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {RUN_TABLE} SET lease_expires_at = {now} + %(ttl)s * interval '1 second' "
+                    f"WHERE id IN (SELECT id FROM {RUN_TABLE} WHERE id = ANY(%(ids)s) "
+                    "AND owner_id = %(owner)s FOR UPDATE SKIP LOCKED)",
+                    params,
+                )
         else:
             until = self.sql.local_now() + timedelta(seconds=ttl)
             self.sql.runs().filter(pk__in=list(held), owner_id=owner).update(lease_expires_at=until)
