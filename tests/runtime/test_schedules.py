@@ -185,8 +185,13 @@ def _open_run_and_next_fire(schedule_id: str, overlap: str) -> tuple[WorkflowRun
 
 
 def next_hour_due(schedule_id: str) -> None:
-    """The next hourly fire comes due (as if an hour passed)."""
-    Schedule.objects.filter(pk=schedule_id).update(next_fire_at=now().replace(microsecond=0))
+    """The next hourly fire comes due (as if an hour passed). In the first second of an
+    hour, "now" would name the same fire as the full hour already fired (one run id, so
+    no new run): the moment steps back a second then."""
+    moment = now().replace(microsecond=0)
+    if moment.minute == moment.second == 0:
+        moment -= timedelta(seconds=1)
+    Schedule.objects.filter(pk=schedule_id).update(next_fire_at=moment)
 
 
 def test_overlap_skip() -> None:
