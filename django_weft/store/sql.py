@@ -356,8 +356,8 @@ class StoreSql:
             cursor.execute(sql, params)
             return {row[0]: step_record(row) for row in cursor.fetchall()}
 
-    def _step_sql(self) -> str:
-        vendor = self.connection.vendor
+    def _step_sql(self, connection: BaseDatabaseWrapper | None = None) -> str:
+        vendor = (connection or self.connection).vendor
         sql = _STEP_SQL.get(vendor)
         if sql is None:
             sql = _STEP_SQL[vendor] = self._build_step_sql()
@@ -386,8 +386,10 @@ class StoreSql:
             f"{STEP_ON_CONFLICT} RETURNING id"
         )
 
-    def step_params(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> dict[str, Any]:
-        connection = self.connection
+    def step_params(
+        self, run_id: str, owner: str, epoch: int, step: StepWrite, connection: BaseDatabaseWrapper | None = None
+    ) -> dict[str, Any]:
+        connection = connection or self.connection
         adapt = connection.ops.adapt_datetimefield_value
         return {
             "id": WorkflowRun._meta.pk.get_db_prep_value(uuid.UUID(str(run_id)), connection),
@@ -420,13 +422,19 @@ class StoreSql:
 
     def commit_step(self, run_id: str, owner: str, epoch: int, step: StepWrite) -> None:
         """Record one step in one statement, fenced on (owner, epoch). Raises ``Deposed``."""
-        if self.connection.vendor == "postgresql":
+        connection = self.connection
+        if connection.vendor == "postgresql":
             # The hottest statement: prepared, so PostgreSQL parses and plans it once per
-            # connection instead of once per step.
-            row = self.fetch_prepared(self._step_sql(), self.step_params(run_id, owner, epoch, step))
+            # connection instead of once per step (the connection looked up once).
+            row = self._run_prepared(
+                self._step_sql(connection),
+                self.step_params(run_id, owner, epoch, step, connection),
+                psycopg.Cursor.fetchone,
+                connection,
+            )
             self._check_step_written(row, run_id, owner, epoch, step)
             return
-        with self.connection.cursor() as cursor:
+        with connection.cursor() as cursor:
             self.write_step(cursor, run_id, owner, epoch, step)
 
     def fetch_prepared(
@@ -448,8 +456,9 @@ class StoreSql:
         statement: str,
         params: Mapping[str, Any] | Sequence[Any],
         fetch: Callable[[psycopg.Cursor[Any]], _Fetched],
+        connection: BaseDatabaseWrapper | None = None,
     ) -> _Fetched:
-        connection = self.connection
+        connection = connection or self.connection
         # As Django's cursors do: a connection that fails its health check is replaced.
         connection.close_if_health_check_failed()
         connection.ensure_connection()
@@ -468,7 +477,7 @@ class StoreSql:
             # of Django's own cursors does.
             atomic = connection.in_atomic_block
             with (
-                transaction.mark_for_rollback_on_error(self.alias) if atomic else contextlib.nullcontext(),
+                transaction.mark_for_rollback_on_error(connection.alias) if atomic else contextlib.nullcontext(),
                 connection.wrap_database_errors,
                 psycopg.Cursor(raw) as cursor,
             ):
