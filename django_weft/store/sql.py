@@ -387,7 +387,12 @@ class StoreSql:
         )
 
     def step_params(
-        self, run_id: str, owner: str, epoch: int, step: StepWrite, connection: BaseDatabaseWrapper | None = None
+        self,
+        run_id: str,
+        owner: str,
+        epoch: int,
+        step: StepWrite,
+        connection: BaseDatabaseWrapper | None = None,
     ) -> dict[str, Any]:
         connection = connection or self.connection
         adapt = connection.ops.adapt_datetimefield_value
@@ -475,9 +480,9 @@ class StoreSql:
             # Django's OperationalError and marks the connection for closing.
             # An error inside the caller's atomic block marks it for rollback, as an error
             # of Django's own cursors does.
-            atomic = connection.in_atomic_block
+            alias, atomic = connection.alias, connection.in_atomic_block
             with (
-                transaction.mark_for_rollback_on_error(connection.alias) if atomic else contextlib.nullcontext(),
+                transaction.mark_for_rollback_on_error(alias) if atomic else contextlib.nullcontext(),
                 connection.wrap_database_errors,
                 psycopg.Cursor(raw) as cursor,
             ):
