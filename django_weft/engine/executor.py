@@ -189,26 +189,33 @@ class Engine:
 
     # -- a turn ------------------------------------------------------------------------
 
-    def run_turn(self, run_id: str) -> TurnOutcome:
+    def hold(self, claimed: ClaimedRun) -> None:
+        """Hold a run claimed for this engine elsewhere (a worker's sweep claims the runs
+        it hands its own threads): its lease is renewed from now on, and a thread drives
+        it with :meth:`run_turn` given ``claimed``."""
+        with self._lock:
+            self._held[claimed.run_id] = claimed.epoch
+            self._lost.discard(claimed.run_id)
+
+    def run_turn(self, run_id: str, *, claimed: ClaimedRun | None = None) -> TurnOutcome:
         """Claim ``run_id`` and drive it until it parks or finishes.
 
         Safe to call for any id at any time: a run that is not claimable (owned by a live
         engine, waiting, finished, unknown) returns ``NOT_CLAIMED`` without side effects.
+
+        ``claimed``: the run was claimed for this engine already and is held
+        (:meth:`hold`); it is driven as it is, unless its lease was lost meanwhile
+        (``DEPOSED``, nothing written).
         """
         config = self.config()
-        # Only runs of the workflows registered here: a worker without a workflow's code
-        # leaves its runs alone instead of claiming and releasing them (which would move
-        # their epoch for nothing); docs/explanation/decisions.md.
-        claimed = self.store.claim(
-            run_id, self.engine_id, config.lease_ttl, config.takeover_grace, self.workflows.workflow_names()
-        )
         if claimed is None:
-            logger.debug("run %s: not claimable (owned, waiting, finished, unknown, or its "
-                         "workflow is not registered here)", run_id, extra={"run_id": run_id})  # fmt: skip
-            return TurnOutcome.NOT_CLAIMED
-        with self._lock:
-            self._held[run_id] = claimed.epoch
-            self._lost.discard(run_id)
+            claimed = self._claim(run_id, config)
+            if claimed is None:
+                return TurnOutcome.NOT_CLAIMED
+        elif not self._still_held(claimed):
+            logger.warning("run %s: lost (epoch %s is no longer current) before its turn began; "
+                           "not driven", run_id, claimed.epoch, extra={"run_id": run_id})  # fmt: skip
+            return TurnOutcome.DEPOSED
         observe.run_claimed(claimed, self.engine_id)
         with (
             run_logging.bound(run_id=run_id, workflow_id=claimed.workflow_id, workflow=claimed.workflow_name),
@@ -223,6 +230,31 @@ class Engine:
                 status=_FINISHED[outcome],
             )
         return outcome
+
+    def _claim(self, run_id: str, config: EngineConfig) -> ClaimedRun | None:
+        # Only runs of the workflows registered here: a worker without a workflow's code
+        # leaves its runs alone instead of claiming and releasing them (which would move
+        # their epoch for nothing); docs/explanation/decisions.md.
+        names = self.workflows.workflow_names()
+        claimed = self.store.claim(run_id, self.engine_id, config.lease_ttl, config.takeover_grace, names)
+        if claimed is None:
+            logger.debug("run %s: not claimable (owned, waiting, finished, unknown, or its workflow is "
+                         "not registered here)", run_id, extra={"run_id": run_id})  # fmt: skip
+            return None
+        self.hold(claimed)
+        return claimed
+
+    def _still_held(self, claimed: ClaimedRun) -> bool:
+        """Whether a run claimed for this engine before its turn (:meth:`hold`) is still
+        ours: the heartbeat found no other epoch meanwhile. A lost one is let go."""
+        with self._lock:
+            held = self._held.get(claimed.run_id) == claimed.epoch
+            if held and claimed.run_id not in self._lost:
+                return True
+            if held:
+                del self._held[claimed.run_id]
+                self._lost.discard(claimed.run_id)
+            return False
 
     def _turn(self, claimed: ClaimedRun, config: EngineConfig) -> TurnOutcome:
         run_id = claimed.run_id

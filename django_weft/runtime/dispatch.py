@@ -7,6 +7,7 @@ expired leases live in the database and the sweep (``tick``) finds them anyway.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import itertools
 import queue
@@ -14,17 +15,19 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..conf import weft_settings
+from ..engine import clock
 from ..engine.errors import ConfigurationError
 from ..engine.ports import Dispatcher
 from ..engine.ports import ring_activity as ring_activity  # the runtime's callers import them here
 from ..engine.ports import ring_turn as ring_turn
+from ..engine.records import ClaimedRun
 
 
 class SweepOnlyDispatcher:
@@ -90,6 +93,9 @@ class LocalDispatcher:
         self._sooner = threading.Event()
         # When the threads took their latest pieces of work (monotonic, oldest first).
         self._taken: deque[float] = deque(maxlen=TAKES_KEPT)
+        # Runs claimed for this process's engine, waiting for a thread: the claim, and the
+        # engine clock's reading when it was made.
+        self._claims: dict[str, tuple[ClaimedRun, float]] = {}
 
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
         if eta is not None:
@@ -115,6 +121,27 @@ class LocalDispatcher:
         priority: int = 0,
     ) -> None:
         self._put(Work(str(run_id), seq, attempt), priority)
+
+    def dispatch_claimed(self, claimed: ClaimedRun) -> None:
+        """Queue a turn of a run already claimed for this process's engine (and held by
+        it): the thread that takes it drives the run with this claim
+        (:meth:`take_claim`) instead of claiming it. Folded into a turn of the run
+        already queued, which then carries the claim."""
+        with self._lock:
+            self._claims[claimed.run_id] = (claimed, clock.monotonic())
+        self._put(Work(claimed.run_id), claimed.priority)
+
+    def take_claim(self, run_id: str) -> ClaimedRun | None:
+        """The claim :meth:`dispatch_claimed` queued with a turn of ``run_id``, if any (the
+        thread that took the turn asks once); its ``db_now`` moved on by the time it
+        waited, so the turn's clock is the database's now, not the claim's."""
+        with self._lock:
+            found = self._claims.pop(run_id, None)
+        if found is None:
+            return None
+        claimed, at = found
+        waited = clock.monotonic() - at
+        return dataclasses.replace(claimed, db_now=claimed.db_now + timedelta(seconds=waited))
 
     def _put(self, work: Work, priority: int, *, due: bool = False) -> None:
         with self._lock:

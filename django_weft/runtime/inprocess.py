@@ -17,7 +17,7 @@ from .dispatch import LocalDispatcher, ring_turn, use_dispatcher
 from .heartbeat import Heartbeat
 from .outages import database_unavailable
 from .process import get_engine, get_store
-from .sweep import tick
+from .sweep import OwnThreads, tick
 from .worker import run_activity
 from .workers import advertise_as, stop_advertising
 
@@ -59,6 +59,8 @@ class InProcessWorker:
         self._passed = threading.Event()
         # Leases are renewed until the very end of a shutdown, so draining turns keep them.
         self._heartbeat = Heartbeat(self.engine)
+        # The runs this process's sweep sends its threads are claimed in the sweep.
+        self._own = OwnThreads(self.engine, self.dispatcher)
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -96,7 +98,7 @@ class InProcessWorker:
                 if work.seq is not None and work.attempt is not None:
                     run_activity(work.run_id, work.seq, work.attempt)
                 else:
-                    self.engine.run_turn(work.run_id)
+                    self.engine.run_turn(work.run_id, claimed=self.dispatcher.take_claim(work.run_id))
             except Exception as exc:
                 what = "activity" if work.is_activity else "turn"
                 retried = "it is retried after its lease expires"
@@ -133,6 +135,7 @@ class InProcessWorker:
                     redispatch_after=window,
                     workflows=registry.workflow_names(),
                     dispatch_limit=self._room(window),
+                    own_threads=self._own,
                 )
                 if failures:
                     logger.info("sweep: working again after %d failed attempts", failures)

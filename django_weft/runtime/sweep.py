@@ -8,17 +8,38 @@ from dataclasses import dataclass, field
 
 from ..conf import weft_settings
 from ..engine import observe
+from ..engine.executor import Engine
 from ..engine.ports import Dispatcher
+from ..engine.records import ClaimedRun
 from ..engine.registry import registry
 from ..engine.run_logging import get_logger
+from ..store import ClaimAs
 from .bulk_jobs import process_bulk_jobs
-from .dispatch import delivers, get_dispatcher, ring_turn
+from .dispatch import LocalDispatcher, delivers, get_dispatcher, ring_turn
 from .process import get_store
 from .retention import purge_expired
 from .schedules import fire_due_schedules
 from .worker import dispatch_finalizer
 
 logger = get_logger("django_weft.runtime")
+
+
+@dataclass(frozen=True)
+class OwnThreads:
+    """The turn threads of the process whose sweep this is (``weft_worker``'s): the
+    runnable runs the sweep sends them are claimed for their engine in the sweep's own
+    transaction, and handed over claimed (:meth:`LocalDispatcher.dispatch_claimed`)."""
+
+    engine: Engine
+    dispatcher: LocalDispatcher
+
+    def claim_as(self) -> ClaimAs:
+        return ClaimAs(self.engine.engine_id, self.engine.config().lease_ttl)
+
+    def hand(self, claimed: ClaimedRun) -> None:
+        """Hold ``claimed`` (the heartbeat renews its lease from now on) and queue it."""
+        self.engine.hold(claimed)
+        self.dispatcher.dispatch_claimed(claimed)
 
 
 @dataclass
@@ -49,6 +70,8 @@ class TickReport:
     (``weft_worker``: what its threads have room for)."""
     held_back: bool = False
     """Runs were due a dispatch, and ``dispatch_limit`` was 0: none was sent."""
+    claimed: int = 0
+    """Of the runs dispatched, those claimed for the sweep's own threads (``own_threads``)."""
 
     @property
     def backlog(self) -> bool:
@@ -83,6 +106,7 @@ def tick(
     redispatch_after: float | None = None,
     workflows: Collection[str] | None = None,
     dispatch_limit: int | None = None,
+    own_threads: OwnThreads | None = None,
 ) -> TickReport:
     """One sweep: fire due timers and schedules, dispatch runnable runs and expired leases,
     then work on one batch of a bulk job.
@@ -105,6 +129,10 @@ def tick(
     ``dispatch_limit`` (``weft_worker`` passes what its threads have room for) caps the
     runs dispatched below ``WEFT_TICK_BATCH``; the rest stay runnable, for the next sweep
     or another worker's.
+
+    ``own_threads`` (``weft_worker``'s, on PostgreSQL): the runnable runs this sweep
+    dispatches are claimed for that engine in the sweep's own transaction and handed to
+    its threads claimed, with their histories (docs/explanation/architecture.md).
     """
     dispatcher = dispatcher or get_dispatcher()
     store = get_store()
@@ -160,20 +188,26 @@ def tick(
     if deliver and (work.dispatch or made_runnable) and not dispatch_batch:
         report.held_back = True
     elif deliver and (work.dispatch or made_runnable):
-        runnable, expired, priorities = store.sweep.claim_dispatch_batch(
+        sent = store.sweep.claim_dispatch_batch(
             dispatch_batch,
             weft_settings.REDISPATCH_AFTER if redispatch_after is None else redispatch_after,
             weft_settings.TAKEOVER_GRACE,
             workflows,
+            claim_as=None if own_threads is None else own_threads.claim_as(),
         )
-        ids = runnable + expired
+        for claimed in sent.claimed:
+            assert own_threads is not None
+            own_threads.hand(claimed)
+        ids = sent.runnable + sent.expired
         for run_id in ids:
-            ring_turn(dispatcher, run_id, priority=priorities.get(run_id, 0))
+            ring_turn(dispatcher, run_id, priority=sent.priorities.get(run_id, 0))
+        ids = [claimed.run_id for claimed in sent.claimed] + ids
         if ids:
             logger.debug("tick: dispatched %s", ", ".join(ids))
         report.dispatched = len(ids)
+        report.claimed = len(sent.claimed)
         report.run_ids = ids
-        report.taken_over = expired
+        report.taken_over = sent.expired
     if work.bulk:
         report.bulk = process_bulk_jobs(batch)
     if time.monotonic() - _last_purge[0] > PURGE_EVERY:

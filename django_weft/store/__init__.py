@@ -48,7 +48,7 @@ from .resets import Resets
 from .retention import PurgedBatch, Retention, RetentionScan
 from .schedules import ScheduleRows
 from .sql import StoreSql
-from .sweep import Sweep
+from .sweep import ClaimAs, Sweep
 from .transitions import RunTransitions, Transition
 from .turn_messages import TurnMessages
 from .turns import RunTurns
@@ -110,6 +110,7 @@ __all__ = [
     "Advert",
     "BulkJobRows",
     "Children",
+    "ClaimAs",
     "DebouncedStarts",
     "DjangoStore",
     "Finalizers",

@@ -6,14 +6,14 @@ claim the run (docs/explanation/guarantees.md, "Ownership, epochs and fencing").
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 
 from ..engine.parking import TimerDisposition, discarded_wake_disposition, timers_surviving_collection
-from ..engine.records import CancelRequest, ClaimedRun, RunStatus, TimerKind
+from ..engine.records import CancelRequest, ClaimedRun, RunStatus, StepRecord, TimerKind
 from ..engine.registry import registry
 from ..engine.run_logging import get_logger
 from ..models import Timer
@@ -27,6 +27,33 @@ timer_log = get_logger("django_weft.timers")
 _NEEDS_SLOT: tuple[Any, ...] = ("needs a concurrency slot",)
 """What :meth:`RunClaims._claim_woken` returns for a woken run that must take a concurrency
 slot before it is claimed."""
+
+
+def claimed_run(run_id: str, row: Sequence[Any], steps: dict[int, StepRecord]) -> ClaimedRun:
+    """The engine's view of a claim: a row of ``CLAIM_COLUMNS``, the database's time,
+    the takeover flag and the due time, with the run's recorded ``steps``."""
+    (workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, cancel_request,
+     priority, trace_context, db_now, takeover, due_at) = row  # fmt: skip
+    request = CancelRequest.of(json_value(cancel_request))
+    return ClaimedRun(
+        run_id=run_id,
+        workflow_id=workflow_id,
+        workflow_name=name,
+        args=json_value(args) or [],
+        kwargs=json_value(kwargs) or {},
+        epoch=int(epoch),
+        attempt=int(attempt),
+        created_at=aware(created_at),
+        db_now=aware(db_now),
+        steps=steps,
+        parent_run_id=str(parent_id) if parent_id else None,
+        search_attributes=json_value(attributes) or {},
+        cancel_request=request if request is not None and request.pending else None,
+        priority=int(priority),
+        takeover=bool(takeover),
+        due_at=aware(due_at) if due_at is not None else None,
+        trace_context=json_value(trace_context),
+    )
 
 
 class RunClaims:
@@ -75,28 +102,7 @@ class RunClaims:
                 self._discard_wake(run_id, status)
             if row is None:
                 return None
-        (workflow_id, name, args, kwargs, epoch, attempt, created_at, parent_id, attributes, cancel_request,
-         priority, trace_context, db_now, takeover, due_at) = row  # fmt: skip
-        request = CancelRequest.of(json_value(cancel_request))
-        return ClaimedRun(
-            run_id=str(run_id),
-            workflow_id=workflow_id,
-            workflow_name=name,
-            args=json_value(args) or [],
-            kwargs=json_value(kwargs) or {},
-            epoch=int(epoch),
-            attempt=int(attempt),
-            created_at=aware(created_at),
-            db_now=aware(db_now),
-            steps={} if int(epoch) == 1 else self.sql.load_steps(run_id),
-            parent_run_id=str(parent_id) if parent_id else None,
-            search_attributes=json_value(attributes) or {},
-            cancel_request=request if request is not None and request.pending else None,
-            priority=int(priority),
-            takeover=bool(takeover),
-            due_at=aware(due_at) if due_at is not None else None,
-            trace_context=json_value(trace_context),
-        )
+        return claimed_run(str(run_id), row, {} if int(row[4]) == 1 else self.sql.load_steps(run_id))
 
     def _claim_with_slot(
         self,

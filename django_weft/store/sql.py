@@ -51,6 +51,7 @@ except ImportError:  # SQLite-only installs
 
 from .base import deposed, unanswered_error
 from .statement_parts import (
+    CLAIM_COLUMNS,
     HOLDS_SLOT,
     LAST_STEP_VALUES,
     OWNED_BY_KEY,
@@ -268,10 +269,7 @@ class StoreSql:
         # serialised, and a read just before the update sees them (a claim racing
         # another on SQLite may report the other's owner: only a count is off; without an
         # observer in the process, SQLite's read is not made).
-        columns = (
-            "workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
-            "parent_id, search_attributes, cancel_request, priority, trace_context"
-        )
+        columns = CLAIM_COLUMNS
         if self.is_postgres:
             params: dict[str, Any] = {"owner": owner, "id": self.run_key(run_id)}
             if self.clock_in_sql:
@@ -337,18 +335,35 @@ class StoreSql:
             return None
         return (*row, before[0] is not None, before[1])
 
-    def load_steps(self, run_id: str) -> dict[int, StepRecord]:
-        """The recorded steps of a run, in one query."""
+    def _history_columns(self) -> str:
+        """The step columns :func:`step_record` reads, from ``seq`` on."""
         times = "started_at, finished_at"
         if self.is_postgres:  # ``extract`` gives an exact numeric (PostgreSQL 14 and later)
             times = (
                 "(extract(epoch FROM started_at) * 1000000)::int8, "
                 "(extract(epoch FROM finished_at) * 1000000)::int8"
             )
+        return f"seq, kind, name, status, result, error, attempt, {times}, failed_attempts"
+
+    def load_histories(self, run_ids: Sequence[str]) -> dict[str, dict[int, StepRecord]]:
+        """The recorded steps of each of ``run_ids`` (PostgreSQL), in one query; a run
+        with none is absent."""
+        histories: dict[str, dict[int, StepRecord]] = {}
+        if not run_ids:
+            return histories
         sql = (
-            f"SELECT seq, kind, name, status, result, error, attempt, {times}, "
-            f"failed_attempts FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
+            f"SELECT run_id, {self._history_columns()} FROM {STEP_TABLE} "
+            "WHERE run_id = ANY(%(ids)s) ORDER BY run_id, seq"
         )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, {"ids": [self.run_key(run_id) for run_id in run_ids]})
+            for row in cursor.fetchall():
+                histories.setdefault(str(row[0]), {})[row[1]] = step_record(row[1:])
+        return histories
+
+    def load_steps(self, run_id: str) -> dict[int, StepRecord]:
+        """The recorded steps of a run, in one query."""
+        sql = f"SELECT {self._history_columns()} FROM {STEP_TABLE} WHERE run_id = %(id)s ORDER BY seq"
         params = {"id": self.run_key(run_id)}
         if self.is_postgres:  # once per turn of a run with a history: prepared
             return {row[0]: step_record(row) for row in self.fetch_all_prepared(sql, params)}

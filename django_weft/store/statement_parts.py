@@ -64,6 +64,13 @@ UNFIRED = "num_nulls(fired_at) = 1 "
 it is small (after a wake fired most timers); ``num_nulls`` says the same and implies
 no index predicate (PostgreSQL rewrites ``IS NOT DISTINCT FROM NULL`` to ``IS NULL``)."""
 
+CLAIM_COLUMNS = (
+    "workflow_id, workflow_name, args, kwargs, owner_epoch, attempt, created_at, "
+    "parent_id, search_attributes, cancel_request, priority, trace_context"
+)
+"""The run's columns a claim returns, in the order :func:`.claims.claimed_run` reads them
+(then the database's time, whether it was a takeover, and when the work was due)."""
+
 HOLDS_SLOT = "AND (concurrency_key IS NULL OR slot = 'held') "
 """A claim's condition for flow control: a run counted by a concurrency limit is claimed
 only once it holds a slot (:mod:`.flow` gives it one, under its key's lock)."""

@@ -239,7 +239,7 @@ def test_the_sweep_dispatches_higher_priority_first_and_the_local_queue_keeps_th
     high = client.start("tests.echo", priority=50)
     plain = client.start("tests.echo")
     WorkflowRun.objects.update(dispatched_at=None)
-    runnable, _, priorities = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5)
+    runnable, _, priorities, _ = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5)
     assert runnable == [high.run_id, plain.run_id, low.run_id]
     assert priorities == {high.run_id: 50, low.run_id: -10}
     local = LocalDispatcher()
@@ -277,7 +277,7 @@ def test_the_sweep_sends_a_taken_over_run_with_its_priority() -> None:
     WorkflowRun.objects.filter(pk=handle.run_id).update(
         status="running", owner_id="dead", lease_expires_at="2000-01-01T00:00:00Z", dispatched_at=None
     )
-    runnable, expired, priorities = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5)
+    runnable, expired, priorities, _ = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5)
     assert (runnable, expired) == ([], [handle.run_id])
     assert priorities == {handle.run_id: 25}
 

@@ -81,15 +81,15 @@ def test_a_worker_sweep_marks_dispatched_only_runs_of_its_workflows(advertising:
     echo = client.start("tests.echo")
     sleepy = client.start("tests.sleepy")
     sweep = DjangoStore().sweep
-    runnable, _, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows={"tests.echo"})
+    runnable, *_ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows={"tests.echo"})
     assert runnable == [echo.run_id]
     assert row(sleepy.run_id)["dispatched_at"] is None
-    runnable, _, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows=set())
+    runnable, *_ = sweep.claim_dispatch_batch(100, 0.0, 0.5, workflows=set())
     assert runnable == []
     # Whether a run dispatched a moment ago is sent again depends on how long it waited
     # before (growing intervals): not what this test is about, so echo is undispatched again.
     WorkflowRun.objects.filter(pk=echo.run_id).update(dispatched_at=None)
-    runnable, _, _ = sweep.claim_dispatch_batch(100, 0.0, 0.5)  # beat's sweep: every run
+    runnable, *_ = sweep.claim_dispatch_batch(100, 0.0, 0.5)  # beat's sweep: every run
     assert sorted(runnable) == sorted([echo.run_id, sleepy.run_id])
 
 

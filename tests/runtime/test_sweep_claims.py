@@ -1,0 +1,153 @@
+"""``weft_worker``'s sweep claims the runnable runs it hands its own threads (PostgreSQL):
+one statement for the batch, the histories read with it, the runs held (their leases
+renewed) while they wait in the process's queue, driven by the claim, never driven once
+lost, and released at shutdown."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_weft import client
+from django_weft.models import WorkflowRun
+from django_weft.runtime.dispatch import LocalDispatcher, Work
+from django_weft.runtime.inprocess import InProcessWorker
+from django_weft.runtime.sweep import OwnThreads, tick
+from django_weft.store import ClaimAs, DjangoStore
+from django_weft.testing import make_engine
+from tests.testapp.models import SideEffect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the sweep claims for its threads on PostgreSQL only"
+)
+
+
+def row(run_id: str) -> dict[str, object]:
+    return WorkflowRun.objects.values().get(pk=run_id)
+
+
+def woken_sleeper() -> str:
+    """A run that slept (its history: a step and the sleep) and whose timer has fired: runnable."""
+    handle = client.start("tests.sleepy", kwargs={"seconds": 0.05})
+    assert make_engine().run_turn(handle.run_id) == "parked"
+    time.sleep(0.1)
+    assert DjangoStore().sweep.fire_due_timers(100) == [handle.run_id]
+    return handle.run_id
+
+
+@postgres_only
+def test_the_sweep_claims_runnable_runs_with_their_histories_in_priority_order() -> None:
+    sleeper = woken_sleeper()
+    high = client.start("tests.echo", args=[1], priority=5).run_id
+    WorkflowRun.objects.update(dispatched_at=None)
+    before = {run: row(run) for run in (sleeper, high)}
+    sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0))
+    assert (sent.runnable, sent.expired) == ([], [])
+    assert [claimed.run_id for claimed in sent.claimed] == [high, sleeper]
+    by_id = {claimed.run_id: claimed for claimed in sent.claimed}
+    for run in (sleeper, high):
+        after = row(run)
+        assert after["owner_id"] == "sweeper" and after["owner_epoch"] == before[run]["owner_epoch"] + 1
+        assert by_id[run].epoch == after["owner_epoch"] and not by_id[run].takeover
+        assert after["dispatched_at"] == after["claimed_at"]
+        lease = after["lease_expires_at"] - after["claimed_at"]  # type: ignore[operator]
+        assert lease == timedelta(seconds=30)
+        assert by_id[run].due_at == before[run]["ready_at"]
+    # The woken run's history is what a claim of its own reads; the new run has none.
+    assert by_id[sleeper].steps == DjangoStore().sql.load_steps(sleeper) and len(by_id[sleeper].steps) == 2
+    assert by_id[high].steps == {} and by_id[high].priority == 5
+
+
+@postgres_only
+def test_runs_waiting_for_a_concurrency_slot_and_expired_leases_are_sent_not_claimed() -> None:
+    slotless = client.start("tests.echo", args=[1]).run_id
+    WorkflowRun.objects.filter(pk=slotless).update(concurrency_key="k", slot="")
+    lost = client.start("tests.echo", args=[2]).run_id
+    WorkflowRun.objects.filter(pk=lost).update(
+        owner_id="gone", owner_epoch=1, lease_expires_at=timezone.now() - timedelta(minutes=5)
+    )
+    sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0))
+    assert (sent.runnable, sent.expired, sent.claimed) == ([slotless], [lost], ())
+    assert row(slotless)["owner_id"] is None and row(lost)["owner_id"] == "gone"
+
+
+def test_without_claim_as_or_on_sqlite_the_sweep_only_marks_runs_dispatched() -> None:
+    run = client.start("tests.echo").run_id
+    WorkflowRun.objects.update(dispatched_at=None)
+    claim_as = ClaimAs("sweeper", 30.0) if connection.vendor == "sqlite" else None
+    sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=claim_as)
+    assert (sent.runnable, sent.claimed) == ([run], ())
+    assert row(run)["owner_id"] is None and row(run)["dispatched_at"] is not None
+
+
+@postgres_only
+def test_a_claimed_run_is_held_and_driven_by_its_claim_without_claiming_again() -> None:
+    sleeper = woken_sleeper()
+    engine, local = make_engine(), LocalDispatcher()
+    report = tick(local, own_threads=OwnThreads(engine, local))
+    assert (report.dispatched, report.claimed, report.run_ids) == (1, 1, [sleeper])
+    epoch = row(sleeper)["owner_epoch"]
+    assert engine.held() == {sleeper: epoch}
+    assert engine.renew_leases() == set()  # the heartbeat renews it while it waits
+    assert local.get(0.1) == Work(sleeper)
+    claimed = local.take_claim(sleeper)
+    assert claimed is not None and local.take_claim(sleeper) is None
+    assert engine.run_turn(sleeper, claimed=claimed) == "completed"
+    assert row(sleeper)["owner_epoch"] == epoch and engine.held() == {}
+
+
+@postgres_only
+def test_a_claim_lost_while_it_waited_is_not_driven() -> None:
+    """Its lease ran out (a stalled process) and another worker took the run over: the
+    heartbeat finds the other epoch, and the thread that takes the old claim drops it."""
+    run = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
+    engine, local = make_engine(), LocalDispatcher()
+    tick(local, own_threads=OwnThreads(engine, local))
+    WorkflowRun.objects.filter(pk=run).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
+    assert make_engine().run_turn(run) == "parked"  # the takeover
+    parked = row(run)
+    assert engine.renew_leases() == {run}
+    claimed = local.take_claim(run)
+    assert claimed is not None
+    assert engine.run_turn(run, claimed=claimed) == "deposed"
+    # Not driven at all: its first activity did not run again.
+    assert SideEffect.objects.filter(key="sleepy:before").count() == 1
+    assert row(run) == parked and engine.held() == {}
+
+
+def test_a_claims_clock_moves_on_by_the_time_it_waited() -> None:
+    """A turn's clock (timer fire times, ``ctx.now()``) starts at the claim's database
+    time: a claim that waited in the queue is read as of when its thread took it."""
+    local = LocalDispatcher()
+    engine = make_engine()
+    run = client.start("tests.echo").run_id
+    claimed = DjangoStore().turns.claim(run, "someone", 30.0, 1.0)
+    assert claimed is not None
+    local.dispatch_turn(run)  # a doorbell already queued: the claim rides with it
+    local.dispatch_claimed(claimed)
+    assert local.qsize() == 1
+    time.sleep(0.2)
+    taken = local.take_claim(run)
+    assert taken is not None and taken.db_now - claimed.db_now >= timedelta(seconds=0.2)
+    assert engine.held() == {}  # queued by hand here: only OwnThreads.hand holds it
+
+
+@postgres_only
+def test_a_stopping_worker_releases_the_claims_still_queued() -> None:
+    runs = [client.start("tests.echo", args=[index]).run_id for index in range(3)]
+    worker = InProcessWorker(threads=0, sweep=False)
+    try:
+        tick(worker.dispatcher, own_threads=OwnThreads(worker.engine, worker.dispatcher))
+        assert set(worker.engine.held()) == set(runs)
+        assert sorted(worker.stop(timeout=1.0)) == sorted(runs)
+    finally:
+        worker.dispatcher.wake()
+    for run in runs:
+        assert row(run)["owner_id"] is None and row(run)["status"] == "running"
+        assert make_engine().run_turn(run) == "completed"
