@@ -158,7 +158,7 @@ class WorkflowContext:
             raise self._unwinding
         if self._fatal is not None:
             raise self._fatal
-        if not self._read_only and self._engine.is_lost(self._claimed.run_id):
+        if not self._read_only and self._engine.is_lost(self._claimed.run_id, self._claimed.epoch):
             self._depose(
                 Deposed(
                     f"run {self._claimed.run_id} was taken over by another engine; stopped driving it",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import codec, faults, observe, run_logging
+from . import clock, codec, faults, observe, run_logging
 from .attempt import describe_exception
 from .context import WorkflowContext
 from .error_types import ErrorType
@@ -89,6 +89,11 @@ class Engine:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
         self._lost: set[str] = set()
+        # When this engine took hold of each run (the engine clock), and when the last
+        # renewal that succeeded began: a claim made before its turn is trusted only
+        # while its lease is known to be current (_still_held).
+        self._held_at: dict[str, float] = {}
+        self._renewal_began = float("-inf")
         # Activity attempts (run id, seq) holding a concurrency slot in this process.
         self._slots: dict[tuple[str, int], int] = {}
 
@@ -99,8 +104,12 @@ class Engine:
         with self._lock:
             return dict(self._held)
 
-    def is_lost(self, run_id: str) -> bool:
-        return run_id in self._lost
+    def is_lost(self, run_id: str, epoch: int | None = None) -> bool:
+        """Whether the heartbeat found ``run_id`` under another epoch; given ``epoch``,
+        also whether this engine holds the run under another one now (a turn of an
+        older claim, still running here)."""
+        with self._lock:
+            return run_id in self._lost or (epoch is not None and self._held.get(run_id) != epoch)
 
     @contextmanager
     def holding_slot(self, run_id: str, seq: int) -> Iterator[None]:
@@ -126,10 +135,12 @@ class Engine:
             slots = list(self._slots)
         if slots:
             self.store.renew_activity_slots(slots, self.config().lease_ttl)
+        began = clock.monotonic()  # before the runs are read: a run held later is not renewed here
         held = self.held()
         if not held:
             return set()
         lost = self.store.renew(self.engine_id, held, self.config().lease_ttl)
+        self._renewal_began = began
         if lost:
             with self._lock:
                 # A turn that finished meanwhile released its run: that is not a loss.
@@ -195,7 +206,30 @@ class Engine:
         it with :meth:`run_turn` given ``claimed``."""
         with self._lock:
             self._held[claimed.run_id] = claimed.epoch
+            self._held_at[claimed.run_id] = clock.monotonic()
             self._lost.discard(claimed.run_id)
+
+    def let_go(self, claimed: ClaimedRun) -> bool:
+        """Release a run held by :meth:`hold` that no turn will drive (a stopping worker's):
+        it is runnable again for any worker. ``False`` if it was no longer ours."""
+        self._forget(claimed.run_id, claimed.epoch)
+        try:
+            released = self.store.release(claimed.run_id, self.engine_id, claimed.epoch)
+        except Exception:
+            logger.warning("run %s: could not release it (epoch %s); it is taken over once its lease "
+                           "expires", claimed.run_id, claimed.epoch, exc_info=True)  # fmt: skip
+            return False
+        if released:
+            logger.info("run %s: released, not driven (epoch %s)", claimed.run_id, claimed.epoch)
+        return released
+
+    def _forget(self, run_id: str, epoch: int) -> None:
+        """Stop holding ``run_id`` at ``epoch`` (a newer hold of it stays)."""
+        with self._lock:
+            if self._held.get(run_id) == epoch:
+                del self._held[run_id]
+                self._held_at.pop(run_id, None)
+                self._lost.discard(run_id)
 
     def run_turn(self, run_id: str, *, claimed: ClaimedRun | None = None) -> TurnOutcome:
         """Claim ``run_id`` and drive it until it parks or finishes.
@@ -246,15 +280,27 @@ class Engine:
 
     def _still_held(self, claimed: ClaimedRun) -> bool:
         """Whether a run claimed for this engine before its turn (:meth:`hold`) is still
-        ours: the heartbeat found no other epoch meanwhile. A lost one is let go."""
+        surely ours: the heartbeat found no other epoch, and its lease is known to be
+        current (set or renewed less than ``lease_ttl`` ago; another engine may take it
+        over only a takeover grace after that). Otherwise it is let go: released if it
+        still is ours, never driven on a claim that may have been taken over."""
+        run_id = claimed.run_id
         with self._lock:
-            held = self._held.get(claimed.run_id) == claimed.epoch
-            if held and claimed.run_id not in self._lost:
-                return True
-            if held:
-                del self._held[claimed.run_id]
-                self._lost.discard(claimed.run_id)
+            held = self._held.get(run_id) == claimed.epoch
+            lost = run_id in self._lost
+            since = max(self._held_at.get(run_id, float("-inf")), self._renewal_began)
+        if not held:
             return False
+        if lost:
+            self._forget(run_id, claimed.epoch)
+            return False
+        if clock.monotonic() - since < self.config().lease_ttl:
+            return True
+        age = clock.monotonic() - since
+        logger.warning("run %s: its lease was last known current %.1f s ago (epoch %s); released, "
+                       "not driven", run_id, age, claimed.epoch, extra={"run_id": run_id})  # fmt: skip
+        self.let_go(claimed)
+        return False
 
     def _turn(self, claimed: ClaimedRun, config: EngineConfig) -> TurnOutcome:
         run_id = claimed.run_id
@@ -279,10 +325,7 @@ class Engine:
                 observe.deposed_write(run_id=run_id, engine_id=self.engine_id, epoch=claimed.epoch)
             return TurnOutcome.DEPOSED
         finally:
-            with self._lock:
-                if self._held.get(run_id) == claimed.epoch:
-                    del self._held[run_id]
-                self._lost.discard(run_id)
+            self._forget(run_id, claimed.epoch)
 
     def replay_read_only(self, claimed: ClaimedRun) -> WorkflowContext:
         """Re-execute the workflow function over ``claimed``'s recorded history without

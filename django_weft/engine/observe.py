@@ -445,7 +445,9 @@ def message_received(kind: str, name: str, ref: Any) -> contextlib.AbstractConte
 def run_claimed(claimed: ClaimedRun, engine_id: str) -> None:
     """A turn claimed a run: :meth:`Observer.lease_taken_over` if it took it over, and
     :meth:`Observer.schedule_to_start` (``first_turn`` for the run's first claim, else
-    ``woken``, or ``takeover``) from ``claimed.due_at`` to the claim."""
+    ``woken``, or ``takeover``) from ``claimed.due_at`` to the claim: to the turn's start
+    for a run a worker's sweep claimed for its threads (``claimed.db_now`` moved on by the
+    time the claim waited in the worker's queue)."""
     if not _observers:
         return
     if claimed.takeover:

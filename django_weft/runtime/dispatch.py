@@ -96,6 +96,7 @@ class LocalDispatcher:
         # Runs claimed for this process's engine, waiting for a thread: the claim, and the
         # engine clock's reading when it was made.
         self._claims: dict[str, tuple[ClaimedRun, float]] = {}
+        self._closed = False
 
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
         if eta is not None:
@@ -122,14 +123,23 @@ class LocalDispatcher:
     ) -> None:
         self._put(Work(str(run_id), seq, attempt), priority)
 
-    def dispatch_claimed(self, claimed: ClaimedRun) -> None:
-        """Queue a turn of a run already claimed for this process's engine (and held by
+    def dispatch_claimed(self, claimed: ClaimedRun) -> bool:
+        r"""Queue a turn of a run already claimed for this process's engine (and held by
         it): the thread that takes it drives the run with this claim
         (:meth:`take_claim`) instead of claiming it. Folded into a turn of the run
-        already queued, which then carries the claim."""
+        already queued, which then carries the claim. ``False`` once :meth:`close`\ d:
+        the caller releases the run."""
         with self._lock:
+            if self._closed:
+                return False
             self._claims[claimed.run_id] = (claimed, clock.monotonic())
         self._put(Work(claimed.run_id), claimed.priority)
+        return True
+
+    def close(self) -> None:
+        """Take no more claims (a stopping worker: what it holds is released)."""
+        with self._lock:
+            self._closed = True
 
     def take_claim(self, run_id: str) -> ClaimedRun | None:
         """The claim :meth:`dispatch_claimed` queued with a turn of ``run_id``, if any (the

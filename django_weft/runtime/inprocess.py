@@ -59,8 +59,6 @@ class InProcessWorker:
         self._passed = threading.Event()
         # Leases are renewed until the very end of a shutdown, so draining turns keep them.
         self._heartbeat = Heartbeat(self.engine)
-        # The runs this process's sweep sends its threads are claimed in the sweep.
-        self._own = OwnThreads(self.engine, self.dispatcher)
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -128,14 +126,15 @@ class InProcessWorker:
                 # by both. This sweep's dispatches go to this process's own threads;
                 # only runs of the workflows registered here are sent to them (the
                 # others would be marked dispatched for nothing), and no more than
-                # they take within that half tick (_room).
+                # they take within that half tick (_room). Those they take soon are
+                # claimed for them in the sweep (_claim_room).
                 window = weft_settings.TICK_INTERVAL / 2
                 report = tick(
                     self.dispatcher,
                     redispatch_after=window,
                     workflows=registry.workflow_names(),
                     dispatch_limit=self._room(window),
-                    own_threads=self._own,
+                    own_threads=OwnThreads(self.engine, self.dispatcher, self._claim_room(window)),
                 )
                 if failures:
                     logger.info("sweep: working again after %d failed attempts", failures)
@@ -173,6 +172,16 @@ class InProcessWorker:
         sweep, its own or another worker's."""
         floor = max(ROOM_FLOOR, self._threads_wanted * ROOM_PER_THREAD)
         pace = max(floor, self.dispatcher.taken_within(window))
+        return max(pace - self.dispatcher.qsize(), 0)
+
+    def _claim_room(self, window: float) -> int:
+        """How many of the runs it hands its threads this process's sweep claims for them
+        (PostgreSQL): as many as they took in the last ``window`` (two per thread at
+        least), less those waiting in its queue; not :data:`ROOM_FLOOR`'s burst. A claimed
+        run waits for this process's threads (its lease renewed), where a run only sent
+        is taken by another worker's sweep once it waited ``window``: threads held up by
+        long turns keep few runs from the other workers."""
+        pace = max(self._threads_wanted * ROOM_PER_THREAD, self.dispatcher.taken_within(window))
         return max(pace - self.dispatcher.qsize(), 0)
 
     def _rest(self, deadline: float) -> None:
@@ -225,11 +234,15 @@ class InProcessWorker:
     def stop(self, timeout: float) -> list[str]:
         """Stop taking work, let running turns finish up to ``timeout``, release the rest."""
         self._stopping.set()
+        # A sweep under way claims nothing more for the threads: what it claims now is
+        # released at once (OwnThreads.hand), the claims queued before are held and
+        # released below.
+        self.dispatcher.close()
         self._passed.set()  # wakes the sweep thread's rest
         self.dispatcher.wake()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
-            if thread.name.startswith("weft-turn"):
+            if thread.name.startswith(("weft-turn", "weft-sweep")):
                 thread.join(max(deadline - time.monotonic(), 0))
         released = self.engine.release_all()
         self._heartbeat.stop()

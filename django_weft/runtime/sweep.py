@@ -32,14 +32,21 @@ class OwnThreads:
 
     engine: Engine
     dispatcher: LocalDispatcher
+    limit: int
+    """Runs to claim at most (what the threads take soon); the others are only sent."""
 
     def claim_as(self) -> ClaimAs:
-        return ClaimAs(self.engine.engine_id, self.engine.config().lease_ttl)
+        config = self.engine.config()
+        return ClaimAs(
+            self.engine.engine_id, config.lease_ttl, self.limit, self.engine.workflows.workflow_names()
+        )
 
     def hand(self, claimed: ClaimedRun) -> None:
-        """Hold ``claimed`` (the heartbeat renews its lease from now on) and queue it."""
+        """Hold ``claimed`` (the heartbeat renews its lease from now on) and queue it; a
+        dispatcher closed by a stopping worker takes none: the run is released."""
         self.engine.hold(claimed)
-        self.dispatcher.dispatch_claimed(claimed)
+        if not self.dispatcher.dispatch_claimed(claimed):
+            self.engine.let_go(claimed)
 
 
 @dataclass

@@ -49,11 +49,13 @@ class DispatchBatch(NamedTuple):
 
 
 class ClaimAs(NamedTuple):
-    """The engine a sweep claims runnable runs for (``weft_worker``'s own): its id and
-    lease."""
+    """The engine a sweep claims runnable runs for (``weft_worker``'s own): its id, its
+    lease, how many runs at most (the rest are only sent) and the workflows it has."""
 
     owner: str
     ttl: float
+    limit: int
+    workflows: Collection[str] | None = None
 
 
 class Sweep:
@@ -338,7 +340,7 @@ class Sweep:
             )
             claimed: tuple[ClaimedRun, ...] = ()
             if claim_as is not None and runnable and self.sql.is_postgres:
-                claimed = self._claim_locked([pk for pk, _ in runnable], claim_as, now)
+                claimed = self._claim_locked([pk for pk, _ in runnable][: claim_as.limit], claim_as, now)
                 taken = {uuid.UUID(run.run_id) for run in claimed}
                 runnable = [(pk, priority) for pk, priority in runnable if pk not in taken]
             ids = [pk for pk, _ in runnable] + [pk for pk, _ in expired]
@@ -356,23 +358,30 @@ class Sweep:
     ) -> tuple[ClaimedRun, ...]:
         """Claim the runnable runs ``keys`` (locked by the caller's transaction, in the
         order given) for ``claim_as``, as :meth:`RunClaims.claim
-        <django_weft.store.claims.RunClaims.claim>` claims one: a new epoch, the lease,
-        ``claimed_at``; a run counted by a concurrency limit only if it holds a slot. Then
-        read their histories, in the same transaction: the claim waited for no lock (the
-        rows were taken with ``SKIP LOCKED``), and a previous owner's steps were committed
+        <django_weft.store.claims.RunClaims.claim>` claims one: a runnable run of one of
+        its workflows, a new epoch, the lease, ``claimed_at``; a run counted by a
+        concurrency limit only if it holds a slot. Its time is the database's when the
+        rows are written (the transaction's began before the batch was read). Then read
+        their histories, in the same transaction: the claim waited for no lock (the rows
+        were taken with ``SKIP LOCKED``), and a previous owner's steps were committed
         before its run became runnable. Returns them in the order of ``keys``."""
+        params: dict[str, Any] = {"owner": claim_as.owner, "ids": keys, "ttl": claim_as.ttl}
+        if self.sql.clock_in_sql:
+            moment = "clock_timestamp()"
+        else:  # a virtual clock: its time, bound
+            moment, params["now"] = "%(now)s::timestamptz", self.sql.dt(now)
+        names = ""
+        if claim_as.workflows is not None:
+            names, params["names"] = "AND workflow_name = ANY(%(names)s) ", sorted(claim_as.workflows)
         sql = (
             f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-            "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, updated_at = %(now)s, "
-            "dispatched_at = %(now)s WHERE id = ANY(%(ids)s) AND owner_id IS NULL AND status = 'running' "
-            f"{HOLDS_SLOT}RETURNING id, {CLAIM_COLUMNS}, %(now)s, false, ready_at"
+            "lease_expires_at = moment.at + %(ttl)s * interval '1 second', claimed_at = moment.at, "
+            "waiting_on = NULL, updated_at = moment.at, dispatched_at = moment.at "
+            f"FROM (SELECT {moment} AS at) moment WHERE id = ANY(%(ids)s) AND owner_id IS NULL AND "
+            f"status = 'running' {names}{HOLDS_SLOT}RETURNING id, "
+            + ", ".join(f"{RUN_TABLE}.{column}" for column in CLAIM_COLUMNS.split(", "))
+            + ", moment.at, false, ready_at"
         )
-        params = {
-            "owner": claim_as.owner,
-            "ids": keys,
-            "now": self.sql.dt(now),
-            "until": self.sql.dt(now + timedelta(seconds=claim_as.ttl)),
-        }
         with self.sql.connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = {str(row[0]): row[1:] for row in cursor.fetchall()}

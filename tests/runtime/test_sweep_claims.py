@@ -5,17 +5,22 @@ lost, and released at shutdown."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from django_weft import client
+from django_weft.conf import weft_settings
+from django_weft.engine.executor import Engine
 from django_weft.models import WorkflowRun
 from django_weft.runtime.dispatch import LocalDispatcher, Work
 from django_weft.runtime.inprocess import InProcessWorker
+from django_weft.runtime.process import CurrentDispatcher
 from django_weft.runtime.sweep import OwnThreads, tick
 from django_weft.store import ClaimAs, DjangoStore
 from django_weft.testing import make_engine
@@ -28,8 +33,8 @@ postgres_only = pytest.mark.skipif(
 )
 
 
-def row(run_id: str) -> dict[str, object]:
-    return WorkflowRun.objects.values().get(pk=run_id)
+def row(run_id: str) -> dict[str, Any]:
+    return dict(WorkflowRun.objects.values().get(pk=run_id))
 
 
 def woken_sleeper() -> str:
@@ -47,7 +52,7 @@ def test_the_sweep_claims_runnable_runs_with_their_histories_in_priority_order()
     high = client.start("tests.echo", args=[1], priority=5).run_id
     WorkflowRun.objects.update(dispatched_at=None)
     before = {run: row(run) for run in (sleeper, high)}
-    sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0))
+    sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0, 100))
     assert (sent.runnable, sent.expired) == ([], [])
     assert [claimed.run_id for claimed in sent.claimed] == [high, sleeper]
     by_id = {claimed.run_id: claimed for claimed in sent.claimed}
@@ -55,8 +60,8 @@ def test_the_sweep_claims_runnable_runs_with_their_histories_in_priority_order()
         after = row(run)
         assert after["owner_id"] == "sweeper" and after["owner_epoch"] == before[run]["owner_epoch"] + 1
         assert by_id[run].epoch == after["owner_epoch"] and not by_id[run].takeover
-        assert after["dispatched_at"] == after["claimed_at"]
-        lease = after["lease_expires_at"] - after["claimed_at"]  # type: ignore[operator]
+        assert after["dispatched_at"] == after["claimed_at"] == by_id[run].db_now
+        lease = after["lease_expires_at"] - after["claimed_at"]
         assert lease == timedelta(seconds=30)
         assert by_id[run].due_at == before[run]["ready_at"]
     # The woken run's history is what a claim of its own reads; the new run has none.
@@ -72,15 +77,30 @@ def test_runs_waiting_for_a_concurrency_slot_and_expired_leases_are_sent_not_cla
     WorkflowRun.objects.filter(pk=lost).update(
         owner_id="gone", owner_epoch=1, lease_expires_at=timezone.now() - timedelta(minutes=5)
     )
-    sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0))
+    sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0, 100))
     assert (sent.runnable, sent.expired, sent.claimed) == ([slotless], [lost], ())
     assert row(slotless)["owner_id"] is None and row(lost)["owner_id"] == "gone"
+
+
+@postgres_only
+def test_the_sweep_claims_no_more_than_its_limit_and_only_runs_of_its_workflows() -> None:
+    echo = [client.start("tests.echo", args=[index], priority=index).run_id for index in range(3)]
+    sleepy = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
+    WorkflowRun.objects.update(dispatched_at=None)
+    store = DjangoStore().sweep
+    sent = store.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0, 100, {"tests.sleepy"}))
+    assert [claimed.run_id for claimed in sent.claimed] == [sleepy]
+    assert sent.runnable == echo[::-1] and all(row(run)["owner_id"] is None for run in echo)
+    WorkflowRun.objects.update(dispatched_at=None)
+    sent = store.claim_dispatch_batch(100, 0.0, 0.5, claim_as=ClaimAs("sweeper", 30.0, 2))
+    assert [claimed.run_id for claimed in sent.claimed] == [echo[2], echo[1]]  # the best first
+    assert sent.runnable == [echo[0]] and row(echo[0])["owner_id"] is None
 
 
 def test_without_claim_as_or_on_sqlite_the_sweep_only_marks_runs_dispatched() -> None:
     run = client.start("tests.echo").run_id
     WorkflowRun.objects.update(dispatched_at=None)
-    claim_as = ClaimAs("sweeper", 30.0) if connection.vendor == "sqlite" else None
+    claim_as = ClaimAs("sweeper", 30.0, 100) if connection.vendor == "sqlite" else None
     sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5, claim_as=claim_as)
     assert (sent.runnable, sent.claimed) == ([run], ())
     assert row(run)["owner_id"] is None and row(run)["dispatched_at"] is not None
@@ -90,7 +110,7 @@ def test_without_claim_as_or_on_sqlite_the_sweep_only_marks_runs_dispatched() ->
 def test_a_claimed_run_is_held_and_driven_by_its_claim_without_claiming_again() -> None:
     sleeper = woken_sleeper()
     engine, local = make_engine(), LocalDispatcher()
-    report = tick(local, own_threads=OwnThreads(engine, local))
+    report = tick(local, own_threads=OwnThreads(engine, local, 100))
     assert (report.dispatched, report.claimed, report.run_ids) == (1, 1, [sleeper])
     epoch = row(sleeper)["owner_epoch"]
     assert engine.held() == {sleeper: epoch}
@@ -108,7 +128,7 @@ def test_a_claim_lost_while_it_waited_is_not_driven() -> None:
     heartbeat finds the other epoch, and the thread that takes the old claim drops it."""
     run = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
     engine, local = make_engine(), LocalDispatcher()
-    tick(local, own_threads=OwnThreads(engine, local))
+    tick(local, own_threads=OwnThreads(engine, local, 100))
     WorkflowRun.objects.filter(pk=run).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     assert make_engine().run_turn(run) == "parked"  # the takeover
     parked = row(run)
@@ -143,7 +163,7 @@ def test_a_stopping_worker_releases_the_claims_still_queued() -> None:
     runs = [client.start("tests.echo", args=[index]).run_id for index in range(3)]
     worker = InProcessWorker(threads=0, sweep=False)
     try:
-        tick(worker.dispatcher, own_threads=OwnThreads(worker.engine, worker.dispatcher))
+        tick(worker.dispatcher, own_threads=OwnThreads(worker.engine, worker.dispatcher, 100))
         assert set(worker.engine.held()) == set(runs)
         assert sorted(worker.stop(timeout=1.0)) == sorted(runs)
     finally:
@@ -151,3 +171,67 @@ def test_a_stopping_worker_releases_the_claims_still_queued() -> None:
     for run in runs:
         assert row(run)["owner_id"] is None and row(run)["status"] == "running"
         assert make_engine().run_turn(run) == "completed"
+
+
+@postgres_only
+def test_a_claim_whose_lease_was_not_renewed_in_time_is_released_not_driven() -> None:
+    """No heartbeat renewed it for longer than the lease: another worker may have taken
+    it over without this process knowing, so the thread drops the claim, releases the
+    run if it still is ours, and runs none of its code."""
+    config = dataclasses.replace(weft_settings.engine_config(), lease_ttl=0.3)
+    engine = Engine(DjangoStore().turns, CurrentDispatcher(), lambda: config)
+    local = LocalDispatcher()
+    run = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
+    tick(local, own_threads=OwnThreads(engine, local, 100))
+    epoch = row(run)["owner_epoch"]
+    time.sleep(0.4)
+    assert engine.run_turn(run, claimed=local.take_claim(run)) == "deposed"
+    assert not SideEffect.objects.filter(key="sleepy:before").exists()
+    assert row(run)["owner_id"] is None and row(run)["owner_epoch"] == epoch and engine.held() == {}
+    # Renewed in time, the same wait is fine.
+    tick(local, own_threads=OwnThreads(engine, local, 100))
+    time.sleep(0.2)
+    assert engine.renew_leases() == set()
+    time.sleep(0.2)
+    assert engine.run_turn(run, claimed=local.take_claim(run)) == "parked"
+
+
+@postgres_only
+def test_claims_made_once_the_worker_stops_taking_them_are_released_at_once() -> None:
+    """A sweep under way when the worker stops: what it claims after the queue closed is
+    released by the sweep itself, never left owned by a process that is going away."""
+    runs = [client.start("tests.echo", args=[index]).run_id for index in range(2)]
+    engine, local = make_engine(), LocalDispatcher()
+    local.close()
+    report = tick(local, own_threads=OwnThreads(engine, local, 100))
+    assert report.claimed == 2 and local.qsize() == 0 and engine.held() == {}
+    for run in runs:
+        assert row(run)["owner_id"] is None and row(run)["owner_epoch"] == 1
+        assert make_engine().run_turn(run) == "completed"
+
+
+@postgres_only
+def test_weft_worker_threads_drive_the_runs_its_sweep_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end in one process: runs started before the worker (no doorbell rang) are
+    found by its sweep, claimed there (no thread claims them again: one epoch each) and
+    completed by its threads."""
+    runs = [client.start("tests.echo", args=[index]).run_id for index in range(4)]
+    worker = InProcessWorker(threads=2)
+    own_claims = []
+    claim = worker.engine.store.claim
+
+    def counted(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        own_claims.append(run_id)
+        return claim(run_id, *args, **kwargs)
+
+    monkeypatch.setattr(worker.engine.store, "claim", counted)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while WorkflowRun.objects.filter(pk__in=runs, status="completed").count() < len(runs):
+            assert time.monotonic() < deadline, "the runs were not completed"
+            time.sleep(0.05)
+    finally:
+        worker.stop(timeout=5)
+    assert not set(own_claims) & set(runs)  # the sweep claimed all four (two per thread)
+    assert all(row(run)["owner_epoch"] == 1 for run in runs)
