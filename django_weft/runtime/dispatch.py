@@ -97,6 +97,9 @@ class LocalDispatcher:
         # engine clock's reading when it was made.
         self._claims: dict[str, tuple[ClaimedRun, float]] = {}
         self._closed = False
+        # Runs whose turn a thread took and has not settled (:meth:`settle`): a claim made
+        # for one meanwhile goes to that thread, not to the back of the queue.
+        self._in_flight: set[str] = set()
 
     def dispatch_turn(self, run_id: str, *, eta: datetime | None = None, priority: int = 0) -> None:
         if eta is not None:
@@ -133,8 +136,20 @@ class LocalDispatcher:
             if self._closed:
                 return False
             self._claims[claimed.run_id] = (claimed, clock.monotonic())
+            if claimed.run_id in self._in_flight:
+                # A thread took a turn of this run and is claiming it, in vain now (the
+                # sweep's claim held its row): it drives this claim next (settle), in the
+                # place its turn had in the queue.
+                return True
         self._put(Work(claimed.run_id), claimed.priority)
         return True
+
+    def settle(self, run_id: str) -> ClaimedRun | None:
+        """A thread is done with the turn of ``run_id`` it took: the claim made for it
+        while the thread had it, if any (:meth:`take_claim`), for that thread to drive."""
+        with self._lock:
+            self._in_flight.discard(run_id)
+        return self.take_claim(run_id)
 
     def close(self) -> None:
         """Take no more claims (a stopping worker: what it holds is released)."""
@@ -197,6 +212,8 @@ class LocalDispatcher:
         with self._lock:
             self._queued.discard(work)
             self._taken.append(time.monotonic())
+            if not work.is_activity:
+                self._in_flight.add(work.run_id)
         return work
 
     def qsize(self) -> int:

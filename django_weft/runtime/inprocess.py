@@ -10,10 +10,11 @@ from collections.abc import Callable
 from django.db import close_old_connections, connections
 
 from ..conf import weft_settings
+from ..engine.records import ClaimedRun
 from ..engine.registry import registry
 from ..engine.run_logging import get_logger
 from ..models import Worker
-from .dispatch import LocalDispatcher, ring_turn, use_dispatcher
+from .dispatch import LocalDispatcher, Work, ring_turn, use_dispatcher
 from .heartbeat import Heartbeat
 from .outages import database_unavailable
 from .process import get_engine, get_store
@@ -92,20 +93,33 @@ class InProcessWorker:
             work = self.dispatcher.get(timeout=0.2)
             if work is None:
                 continue
+            if work.is_activity:
+                self._work(work)
+                continue
             try:
-                if work.seq is not None and work.attempt is not None:
-                    run_activity(work.run_id, work.seq, work.attempt)
-                else:
-                    self.engine.run_turn(work.run_id, claimed=self.dispatcher.take_claim(work.run_id))
-            except Exception as exc:
-                what = "activity" if work.is_activity else "turn"
-                retried = "it is retried after its lease expires"
-                if database_unavailable(exc):
-                    logger.warning("run %s: %s stopped, the database is not answering (%s); %s",
-                                   work.run_id, what, exc, retried)  # fmt: skip
-                else:
-                    logger.exception("run %s: %s crashed; %s", work.run_id, what, retried)
-                close_old_connections()
+                self._work(work, self.dispatcher.take_claim(work.run_id))
+            finally:
+                # A claim this process's sweep made while this thread claimed the run in
+                # vain: driven now, in the turn's place in the queue.
+                late = self.dispatcher.settle(work.run_id)
+            if late is not None:
+                self._work(work, late)
+
+    def _work(self, work: Work, claimed: ClaimedRun | None = None) -> None:
+        try:
+            if work.seq is not None and work.attempt is not None:
+                run_activity(work.run_id, work.seq, work.attempt)
+            else:
+                self.engine.run_turn(work.run_id, claimed=claimed)
+        except Exception as exc:
+            what = "activity" if work.is_activity else "turn"
+            retried = "it is retried after its lease expires"
+            if database_unavailable(exc):
+                logger.warning("run %s: %s stopped, the database is not answering (%s); %s",
+                               work.run_id, what, exc, retried)  # fmt: skip
+            else:
+                logger.exception("run %s: %s crashed; %s", work.run_id, what, retried)
+            close_old_connections()
 
     def _timer_loop(self) -> None:
         """Release the delayed doorbells (timers: a sleep's end, a rate limit's moment) to

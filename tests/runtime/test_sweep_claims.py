@@ -158,6 +158,25 @@ def test_a_claims_clock_moves_on_by_the_time_it_waited() -> None:
     assert engine.held() == {}  # queued by hand here: only OwnThreads.hand holds it
 
 
+def test_a_claim_for_a_run_whose_turn_a_thread_took_goes_to_that_thread() -> None:
+    """The thread took the run's doorbell and is claiming it while the sweep's claim holds
+    the row: its claim fails, and it drives the sweep's claim at once, in the place its
+    turn had in the queue, instead of the claim going to the back of the queue."""
+    local = LocalDispatcher()
+    run = client.start("tests.echo").run_id
+    claimed = DjangoStore().turns.claim(run, "someone", 30.0, 1.0)
+    assert claimed is not None
+    local.dispatch_turn(run)
+    local.dispatch_turn("later")
+    assert local.get(0.1) == Work(run) and local.take_claim(run) is None  # in the thread's hands
+    assert local.dispatch_claimed(claimed) and local.qsize() == 1  # not queued again
+    settled = local.settle(run)
+    assert settled is not None and settled.epoch == claimed.epoch
+    assert local.settle(run) is None
+    # Settled, a later claim is queued as usual.
+    assert local.dispatch_claimed(claimed) and local.qsize() == 2
+
+
 @postgres_only
 def test_a_stopping_worker_releases_the_claims_still_queued() -> None:
     runs = [client.start("tests.echo", args=[index]).run_id for index in range(3)]
