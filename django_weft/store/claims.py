@@ -5,6 +5,7 @@ claim the run (docs/explanation/guarantees.md, "Ownership, epochs and fencing").
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import timedelta
@@ -12,6 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..engine import observe
 from ..engine.parking import TimerDisposition, discarded_wake_disposition, timers_surviving_collection
 from ..engine.records import CancelRequest, ClaimedRun, RunStatus, StepRecord, TimerKind
 from ..engine.registry import registry
@@ -20,7 +22,7 @@ from ..models import Timer
 from .attempts import ActivityAttempts
 from .flow import HELD, FlowControl
 from .sql import StoreSql
-from .statement_parts import aware, json_value
+from .statement_parts import CLAIM_COLUMNS, HOLDS_SLOT, RUN_TABLE, aware, json_value
 
 timer_log = get_logger("django_weft.timers")
 
@@ -77,7 +79,7 @@ class RunClaims:
         which a read in the claiming statement (one snapshot) would miss. The first claim
         of a run (epoch 1) skips the read: steps are only ever written under an owner's
         epoch, so a run nobody owned before has none."""
-        row = self.sql.claim_runnable(run_id, owner, ttl, grace, workflows)
+        row = self._claim_runnable(run_id, owner, ttl, grace, workflows)
         if row is None:
             # Not runnable: only a waiting or delayed run can still be claimed (woken by a
             # due timer), or a runnable one counted by a concurrency limit that has no slot
@@ -104,6 +106,95 @@ class RunClaims:
                 return None
         return claimed_run(str(run_id), row, {} if int(row[4]) == 1 else self.sql.load_steps(run_id))
 
+    def _claim_runnable(
+        self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
+    ) -> tuple[Any, ...] | None:
+        # One conditional statement: it takes the row lock, so two claimers serialise and
+        # the second sees the first's owner. owner_epoch + 1 mints the new fencing token.
+        # ``workflows`` narrows it to the names the claiming worker has: the row is found
+        # by its primary key all the same, the names are one more condition on it. A run
+        # counted by a concurrency limit is claimed here only once it holds a slot.
+        names, names_param = "", dict[str, Any]()
+        if workflows is not None:
+            if self.sql.is_postgres:
+                names, names_param = "AND workflow_name = ANY(%(names)s) ", {"names": sorted(workflows)}
+            else:
+                names = "AND workflow_name IN (SELECT value FROM json_each(%(names)s)) "
+                names_param = {"names": json.dumps(sorted(workflows))}
+        # The claim also reports what it took over, for the observation points: the
+        # previous owner (a takeover when there was one) and when the work was due (the
+        # run's ready_at, or the expired lease). PostgreSQL reads them from the row it
+        # locks first in the same statement (FOR UPDATE re-reads the latest version after
+        # a wait, so they are the values the update replaced); SQLite's writes are
+        # serialised, and a read just before the update sees them (a claim racing
+        # another on SQLite may report the other's owner: only a count is off; without an
+        # observer in the process, SQLite's read is not made).
+        columns = CLAIM_COLUMNS
+        if self.sql.is_postgres:
+            params: dict[str, Any] = {"owner": owner, "id": self.sql.run_key(run_id)}
+            if self.sql.clock_in_sql:
+                params.update(ttl=ttl, grace=grace)
+                now_sql = "now()"
+                until = "now() + %(ttl)s * interval '1 second'"
+                cutoff = "now() - %(grace)s * interval '1 second'"
+            else:  # a virtual clock: its time, bound
+                now = self.sql.local_now()
+                params.update(
+                    now=self.sql.dt(now),
+                    until=self.sql.dt(now + timedelta(seconds=ttl)),
+                    cutoff=self.sql.dt(now - timedelta(seconds=grace)),
+                )
+                now_sql, until, cutoff = "%(now)s", "%(until)s", "%(cutoff)s"
+            returned = ", ".join(f"{RUN_TABLE}.{column}" for column in columns.split(", "))
+            sql = (
+                f"WITH old AS (SELECT id, owner_id, lease_expires_at, ready_at FROM {RUN_TABLE} "
+                "WHERE id = %(id)s AND status IS NOT DISTINCT FROM 'running' AND (owner_id IS NULL OR "
+                f"lease_expires_at < {cutoff}) {names}{HOLDS_SLOT}"
+                f"FOR UPDATE) UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+                f"lease_expires_at = {until}, claimed_at = {now_sql}, "
+                f"waiting_on = NULL, updated_at = {now_sql} FROM old WHERE {RUN_TABLE}.id = old.id "
+                f"RETURNING {returned}, {now_sql}, "
+                "old.owner_id IS NOT NULL, CASE WHEN old.owner_id IS NULL THEN old.ready_at "
+                "ELSE old.lease_expires_at END"
+            )
+            # Prepared, as the step write is: planning it costs more than running it.
+            return self.sql.fetch_prepared(sql, {**params, **names_param})
+        # SQLite: the times are computed here and bound.
+        now = self.sql.local_now()
+        condition = (
+            "WHERE id = %(id)s AND status = 'running' AND "
+            f"(owner_id IS NULL OR lease_expires_at < %(cutoff)s) {names}{HOLDS_SLOT}"
+        )
+        sql = (
+            f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
+            "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
+            f"updated_at = %(now)s {condition}RETURNING {columns}, %(now)s"
+        )
+        params = {
+            "owner": owner,
+            "id": self.sql.run_key(run_id),
+            "now": self.sql.dt(now),
+            "until": self.sql.dt(now + timedelta(seconds=ttl)),
+            "cutoff": self.sql.dt(now - timedelta(seconds=grace)),
+        }
+        with self.sql.connection.cursor() as cursor:
+            before: tuple[Any, ...] = (None, None)
+            if observe.observers():  # only observers ask: the read is spared otherwise
+                cursor.execute(
+                    f"SELECT owner_id, CASE WHEN owner_id IS NULL THEN ready_at ELSE lease_expires_at END "
+                    f"FROM {RUN_TABLE} {condition}",
+                    {**params, **names_param},
+                )
+                found = cursor.fetchone()
+                if found is None:
+                    return None
+                before = tuple(found)
+            cursor.execute(sql, {**params, **names_param})
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        return (*row, before[0] is not None, before[1])
+
     def _claim_with_slot(
         self,
         run_id: str,
@@ -124,7 +215,7 @@ class RunClaims:
         admission = self.flow.admit_on_claim(run_id, name, key, limit)
         if not admission.admitted:
             return None
-        return self.sql.claim_runnable(run_id, owner, ttl, grace, workflows)
+        return self._claim_runnable(run_id, owner, ttl, grace, workflows)
 
     def _claim_woken(self, run_id: str, owner: str, ttl: float) -> tuple[Any, ...] | None:
         """Fire the due timers of a waiting run and claim it, in one transaction."""

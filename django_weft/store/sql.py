@@ -17,11 +17,10 @@ its time is bound as a parameter where the statement would read ``now()``.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -33,7 +32,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..conf import weft_settings
-from ..engine import clock, codec, observe
+from ..engine import clock, codec
 from ..engine.records import (
     RunStatus,
     StepRecord,
@@ -51,8 +50,6 @@ except ImportError:  # SQLite-only installs
 
 from .base import deposed, unanswered_error
 from .statement_parts import (
-    CLAIM_COLUMNS,
-    HOLDS_SLOT,
     LAST_STEP_VALUES,
     OWNED_BY_KEY,
     RUN_TABLE,
@@ -245,95 +242,6 @@ class StoreSql:
             return "now()"
         params["now"] = self.local_now()
         return "%(now)s"
-
-    def claim_runnable(
-        self, run_id: str, owner: str, ttl: float, grace: float, workflows: Collection[str] | None = None
-    ) -> tuple[Any, ...] | None:
-        # One conditional statement: it takes the row lock, so two claimers serialise and
-        # the second sees the first's owner. owner_epoch + 1 mints the new fencing token.
-        # ``workflows`` narrows it to the names the claiming worker has: the row is found
-        # by its primary key all the same, the names are one more condition on it. A run
-        # counted by a concurrency limit is claimed here only once it holds a slot.
-        names, names_param = "", dict[str, Any]()
-        if workflows is not None:
-            if self.is_postgres:
-                names, names_param = "AND workflow_name = ANY(%(names)s) ", {"names": sorted(workflows)}
-            else:
-                names = "AND workflow_name IN (SELECT value FROM json_each(%(names)s)) "
-                names_param = {"names": json.dumps(sorted(workflows))}
-        # The claim also reports what it took over, for the observation points: the
-        # previous owner (a takeover when there was one) and when the work was due (the
-        # run's ready_at, or the expired lease). PostgreSQL reads them from the row it
-        # locks first in the same statement (FOR UPDATE re-reads the latest version after
-        # a wait, so they are the values the update replaced); SQLite's writes are
-        # serialised, and a read just before the update sees them (a claim racing
-        # another on SQLite may report the other's owner: only a count is off; without an
-        # observer in the process, SQLite's read is not made).
-        columns = CLAIM_COLUMNS
-        if self.is_postgres:
-            params: dict[str, Any] = {"owner": owner, "id": self.run_key(run_id)}
-            if self.clock_in_sql:
-                params.update(ttl=ttl, grace=grace)
-                now_sql = "now()"
-                until = "now() + %(ttl)s * interval '1 second'"
-                cutoff = "now() - %(grace)s * interval '1 second'"
-            else:  # a virtual clock: its time, bound
-                now = self.local_now()
-                params.update(
-                    now=self.dt(now),
-                    until=self.dt(now + timedelta(seconds=ttl)),
-                    cutoff=self.dt(now - timedelta(seconds=grace)),
-                )
-                now_sql, until, cutoff = "%(now)s", "%(until)s", "%(cutoff)s"
-            returned = ", ".join(f"{RUN_TABLE}.{column}" for column in columns.split(", "))
-            sql = (
-                f"WITH old AS (SELECT id, owner_id, lease_expires_at, ready_at FROM {RUN_TABLE} "
-                "WHERE id = %(id)s AND status IS NOT DISTINCT FROM 'running' AND (owner_id IS NULL OR "
-                f"lease_expires_at < {cutoff}) {names}{HOLDS_SLOT}"
-                f"FOR UPDATE) UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-                f"lease_expires_at = {until}, claimed_at = {now_sql}, "
-                f"waiting_on = NULL, updated_at = {now_sql} FROM old WHERE {RUN_TABLE}.id = old.id "
-                f"RETURNING {returned}, {now_sql}, "
-                "old.owner_id IS NOT NULL, CASE WHEN old.owner_id IS NULL THEN old.ready_at "
-                "ELSE old.lease_expires_at END"
-            )
-            # Prepared, as the step write is: planning it costs more than running it.
-            return self.fetch_prepared(sql, {**params, **names_param})
-        # SQLite: the times are computed here and bound.
-        now = self.local_now()
-        condition = (
-            "WHERE id = %(id)s AND status = 'running' AND "
-            f"(owner_id IS NULL OR lease_expires_at < %(cutoff)s) {names}{HOLDS_SLOT}"
-        )
-        sql = (
-            f"UPDATE {RUN_TABLE} SET owner_id = %(owner)s, owner_epoch = owner_epoch + 1, "
-            "lease_expires_at = %(until)s, claimed_at = %(now)s, waiting_on = NULL, "
-            f"updated_at = %(now)s {condition}RETURNING {columns}, %(now)s"
-        )
-        params = {
-            "owner": owner,
-            "id": self.run_key(run_id),
-            "now": self.dt(now),
-            "until": self.dt(now + timedelta(seconds=ttl)),
-            "cutoff": self.dt(now - timedelta(seconds=grace)),
-        }
-        with self.connection.cursor() as cursor:
-            before: tuple[Any, ...] = (None, None)
-            if observe.observers():  # only observers ask: the read is spared otherwise
-                cursor.execute(
-                    f"SELECT owner_id, CASE WHEN owner_id IS NULL THEN ready_at ELSE lease_expires_at END "
-                    f"FROM {RUN_TABLE} {condition}",
-                    {**params, **names_param},
-                )
-                found = cursor.fetchone()
-                if found is None:
-                    return None
-                before = tuple(found)
-            cursor.execute(sql, {**params, **names_param})
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        return (*row, before[0] is not None, before[1])
 
     def _history_columns(self) -> str:
         """The step columns :func:`step_record` reads, from ``seq`` on."""
