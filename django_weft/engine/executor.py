@@ -151,11 +151,16 @@ class Engine:
         return lost
 
     def release_all(self) -> list[str]:
-        """Give up every held run (used at shutdown for turns that did not finish)."""
+        """Give up every held run (used at shutdown for turns that did not finish, and
+        claims no turn took): none is held any longer (the heartbeat renews nothing), and
+        a turn still running sees its run lost."""
         released = []
         for run_id, epoch in self.held().items():
             with self._lock:
                 self._lost.add(run_id)
+                if self._held.get(run_id) == epoch:
+                    del self._held[run_id]
+                    self._held_at.pop(run_id, None)
             if self.store.release(run_id, self.engine_id, epoch):
                 released.append(run_id)
                 logger.info("run %s: released at shutdown (epoch %s)", run_id, epoch)

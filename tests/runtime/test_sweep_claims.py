@@ -185,6 +185,7 @@ def test_a_stopping_worker_releases_the_claims_still_queued() -> None:
         tick(worker.dispatcher, own_threads=OwnThreads(worker.engine, worker.dispatcher, 100))
         assert set(worker.engine.held()) == set(runs)
         assert sorted(worker.stop(timeout=1.0)) == sorted(runs)
+        assert worker.engine.held() == {}  # the heartbeat has nothing left to renew
     finally:
         worker.dispatcher.wake()
     for run in runs:
