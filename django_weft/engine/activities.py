@@ -7,10 +7,9 @@ and :class:`ActivityHandle` what ``ctx.start`` returns. One attempt itself is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import clock, codec, faults, observe
 from .attempt import (
@@ -21,7 +20,6 @@ from .attempt import (
     AttemptFlow,
     CancelProbe,
     activity_failed,
-    admit_attempt,
     call_activity,
     cancellation_seen,
     lost_attempt,
@@ -29,6 +27,7 @@ from .attempt import (
 )
 from .errors import ActivityFailed, CancellationRequested
 from .flow import Hold, HoldKind
+from .holds import AttemptParking
 from .records import (
     RunStatus,
     StepKind,
@@ -89,6 +88,7 @@ class ActivityCalls:
         self._queued: list[ActivityHandle[Any]] = []
         # What holds the queued activities flow control delayed, by position (in words).
         self._held: dict[int, str] = {}
+        self._parking = AttemptParking(ctx)
 
     def held(self, seqs: Collection[int]) -> dict[str, str]:
         """Why the queued activities at ``seqs`` that flow control holds wait, by position
@@ -123,7 +123,7 @@ class ActivityCalls:
                 ctx._messages.deliver_cancellation(None, seq)  # a pending one: received here
             except CancellationRequested:
                 if hold is not None and hold.kind == HoldKind.CONCURRENCY:
-                    self._release_slot(act, seq, hold.key)  # it gives its place in the queue up
+                    self._parking.release_slot(act, seq, hold.key)  # it gives its place in the queue up
                 raise
             failed = list(recorded.failed_attempts)
             if recorded.status == StepStatus.STARTED:
@@ -133,14 +133,14 @@ class ActivityCalls:
                 attempt = recorded.attempt + 1
             elif hold is not None:
                 if hold.kind == HoldKind.RATE_LIMIT and hold.until > ctx._db_now():
-                    self._park_held(act, seq, hold, [])
+                    self._parking.park_held(act, seq, hold, [])
                 # Its rate limit moment has come (it took it when it was held), or it looks
                 # for a concurrency slot again: the same attempt goes on.
                 attempt, reserved = recorded.attempt, hold.reserved
             else:
                 retry_at = datetime.fromisoformat(recorded.result["retry_at"])
                 if retry_at > ctx._db_now():
-                    self._park_for_retry(act, seq, retry_at, [])
+                    self._parking.park_for_retry(act, seq, retry_at, [])
                 attempt = recorded.attempt + 1
         args_json = _encode_arguments(act, args, kwargs)
         return self._execute(act, seq, attempt, args, kwargs, args_json, failed, reserved=reserved)
@@ -189,7 +189,7 @@ class ActivityCalls:
         ``retrying`` step): every write of the step carries them and the ones failing
         here, so an earlier attempt's error stays on the step after a later one succeeds.
 
-        Flow control lets each attempt go first (:meth:`_admitted`): an attempt it holds
+        Flow control lets each attempt go first (:meth:`.AttemptParking.admitted`): an attempt it holds
         parks the run without using up an attempt. ``reserved``: the rate limit moment
         the first attempt was given when it was held."""
         ctx = self._ctx
@@ -250,7 +250,7 @@ class ActivityCalls:
 
             with observe.activity_attempt(info, queue=None, inline=True, epoch=claimed.epoch) as seen:
                 seen.outcome = observe.AttemptOutcome.HELD  # until flow control lets it go
-                with self._admitted(act, seq, flow, reserved, held) as refusal:
+                with self._parking.admitted(act, seq, flow, reserved, held) as refusal:
                     seen.outcome = ""
                     reserved = None
                     started_at = ctx._db_now()
@@ -318,7 +318,7 @@ class ActivityCalls:
                         started_at=started_at,
                         finished=False,
                     )
-                    self._park_for_retry(act, seq, retry_at, [retrying])
+                    self._parking.park_for_retry(act, seq, retry_at, [retrying])
                 if act.marks_attempts:
                     # Its start is recorded: record its failure too before the wait, or a
                     # crash while waiting would leave it looking lost, not failed.
@@ -366,114 +366,6 @@ class ActivityCalls:
         except Exception as exc:  # after the body: a fault injected before the commit, the database
             return Attempt.failed(exc, policy)
         return attempts[-1]
-
-    @contextmanager
-    def _admitted(
-        self,
-        act: Activity[..., Any],
-        seq: int,
-        flow: AttemptFlow | None,
-        reserved: datetime | None,
-        held: Callable[[Hold], StepWrite],
-    ) -> Iterator[Attempt | None]:
-        """Let an inline attempt go through flow control (:func:`admit_attempt`) for the
-        duration of the block: a held attempt parks the run (``held`` records its step),
-        holding no slot meanwhile unless it waits for one. The block gets ``None``, or
-        the failed attempt to record when the keys could not be computed; the slot is
-        given back, and handed on, when it ends."""
-        if flow is None or flow.refusal is not None:
-            yield None if flow is None else flow.refusal
-            return
-        ctx = self._ctx
-        engine, run_id = ctx._engine, ctx._claimed.run_id
-        ttl = ctx._config.lease_ttl
-        # The database's clock, read now: the turn's own (the claim's, plus the time
-        # since) can be behind by a wait for the claim's lock, and lateness is measured
-        # to the millisecond.
-        hold, slot = admit_attempt(
-            engine.store, act, flow, run_id, seq, ttl=ttl, reserved=reserved, now=engine.store.db_now
-        )
-        try:
-            if hold is not None:
-                if hold.kind == HoldKind.CONCURRENCY:  # queued for a slot: it keeps its place
-                    self._park_held(act, seq, hold, [held(hold)], slot_key=flow.slot_key)
-                if slot:
-                    slot = False
-                    self._release_slot(act, seq, flow.slot_key)
-                self._park_held(act, seq, hold, [held(hold)])
-            with engine.holding_slot(run_id, seq) if slot else nullcontext():
-                yield None
-        finally:
-            if slot:
-                self._release_slot(act, seq, flow.slot_key)
-
-    def _release_slot(self, act: Activity[..., Any], seq: int, key: str) -> None:
-        """Give the attempt's slot (or its place in the queue) back and wake the attempts
-        it was handed on to. A failure is logged: the slot's lease frees it meanwhile."""
-        assert act.concurrency is not None
-        ctx = self._ctx
-        engine = ctx._engine
-        try:
-            woken = engine.store.release_activity_slot(
-                act.name, key, act.concurrency.limit, ctx._claimed.run_id, seq, ctx._config.lease_ttl
-            )
-        except Exception:
-            logger.warning("run %s: could not give back the concurrency slot of activity %s; its lease "
-                           "frees it", ctx._claimed.run_id, act.name, exc_info=True)  # fmt: skip
-            return
-        for run_id in woken:
-            engine.dispatch_turn(run_id)
-
-    def _park_held(
-        self,
-        act: Activity[..., Any],
-        seq: int,
-        hold: Hold,
-        steps: list[StepWrite],
-        *,
-        slot_key: str | None = None,
-    ) -> NoReturn:
-        """Park the run on an inline attempt flow control holds, as a durable retry does:
-        ``steps`` (its ``delayed`` step) recorded, a timer at ``hold.until``, no message
-        handled meanwhile. ``slot_key``: it is queued for a slot, which it gives up if a
-        cancellation request is received here instead."""
-        ctx = self._ctx
-
-        def record_hold() -> None:
-            for step in steps:
-                ctx._commit(step)
-
-        try:
-            ctx._messages.deliver_cancellation(record_hold, seq)
-        except CancellationRequested:
-            if slot_key is not None:
-                self._release_slot(act, seq, slot_key)
-            raise
-        ctx._park(
-            hold.waiting_on(seq),
-            steps,
-            [TimerWrite(seq, TimerKind.RETRY, hold.until)],
-            wakes_on_messages=False,
-        )
-
-    def _park_for_retry(
-        self, act: Activity[..., Any], seq: int, retry_at: datetime, steps: list[StepWrite]
-    ) -> NoReturn:
-        ctx = self._ctx
-
-        def record_retrying() -> None:
-            for step in steps:
-                ctx._commit(step)
-
-        # Waiting for a durable retry is a blocking point: a pending cancellation request
-        # is received here (after the retrying step), and its timer removed.
-        ctx._messages.deliver_cancellation(record_retrying, seq)
-        self._ctx._park(
-            {"kind": "retry", "seq": seq, "activity": act.name, "fire_at": retry_at.isoformat()},
-            steps,
-            [TimerWrite(seq, TimerKind.RETRY, retry_at)],
-            wakes_on_messages=False,
-        )
 
     # -- queued attempts ---------------------------------------------------------------
 

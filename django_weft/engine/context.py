@@ -8,7 +8,8 @@ with a fenced write before the workflow continues.
 The context keeps the cursor (position, recorded history, the turn's fence and its
 unwinding) and delegates the larger jobs to the modules named by them: ``activities``
 (ctx.run, ctx.start), ``messages`` (signals, updates, queries and their handlers),
-``children`` (child workflows), ``waits`` (wait_all, wait_any) and ``workflow_info``
+``children`` (child workflows), ``sleeps`` (ctx.sleep, ctx.sleep_until), ``waits``
+(wait_all, wait_any) and ``workflow_info``
 (``ctx.info`` and ``ctx.logger``). Those call back into the cursor's underscore methods
 (``_next``, ``_commit``, ``_park``...), which are the engine's internal interface, not
 workflow API.
@@ -32,14 +33,14 @@ from .errors import ConfigurationError, Deposed, NonDeterminismError, nondetermi
 from .fencing import Fence
 from .messages import (
     MAX_MESSAGE_NAME_LENGTH,
-    BlockingStart,
     MessageHandling,
     UpdateHandler,
     check_message_name,
 )
-from .records import ClaimedRun, StepKind, StepRecord, StepStatus, StepWrite, TimerKind, TimerWrite
+from .records import ClaimedRun, StepKind, StepRecord, StepStatus, StepWrite, TimerWrite
 from .registry import Activity, Workflow, as_activity
 from .search_attributes import check_search_attributes, step_name
+from .sleeps import durable_sleep
 from .unwind import ContinueAsNew, DeposedUnwind, Park, QueryFrontier, Unwind
 from .waits import Handle
 from .workflow_info import ReplayAwareLogger, WorkflowInfo, schedule_info
@@ -400,64 +401,13 @@ class WorkflowContext:
     def sleep(self, duration: Duration) -> None:
         """Sleep durably: the run parks and a timer wakes it, across restarts."""
         seconds = parse_duration(duration, what="ctx.sleep duration")
-        self._sleep(lambda now: now + timedelta(seconds=seconds))
+        durable_sleep(self, lambda now: now + timedelta(seconds=seconds))
 
     def sleep_until(self, moment: datetime) -> None:
         """Sleep durably until ``moment`` (an aware datetime)."""
         if not isinstance(moment, datetime) or moment.tzinfo is None:
             raise TypeError("ctx.sleep_until takes a timezone-aware datetime")
-        self._sleep(lambda _now: moment)
-
-    def _sleep(self, fire_at_from: Callable[[datetime], datetime]) -> None:
-        self._forbid_in_handler("sleep")
-        seq, recorded = self._next(StepKind.SLEEP, "sleep")
-        self._messages.replay_handlers()
-        now = self._db_now()
-        if recorded is not None:
-            if recorded.status == StepStatus.COMPLETED:
-                return
-            fire_at = datetime.fromisoformat(recorded.result["fire_at"])
-            started_at = recorded.started_at
-        else:
-            fire_at = fire_at_from(now)
-            started_at = now
-        result_json = codec.dumps({"fire_at": fire_at.isoformat()})
-        start = BlockingStart(
-            self,
-            None
-            if recorded is not None
-            else self._step(
-                seq, StepKind.SLEEP, "sleep", StepStatus.WAITING, result_json=result_json, finished=False
-            ),
-        )
-        # A pending cancellation request is received here, even by a sleep whose time has come.
-        self._messages.deliver_cancellation(start.record, seq)
-        if fire_at <= now:
-            if recorded is not None and self._read_only and self._due_sleeps_over:
-                # Its time has come: it is over, whether or not a turn has recorded its end
-                # yet (a query, or a reset's replay, goes on past it; nothing is written).
-                return
-            # Written with a later write, or by the run's completion: a crash before then
-            # leaves the sleep recorded as waiting on a time that has passed, and the replay
-            # that follows ends it again (a sleep has nothing to do twice).
-            self._commit_later(
-                self._step(
-                    seq,
-                    StepKind.SLEEP,
-                    "sleep",
-                    StepStatus.COMPLETED,
-                    result_json=result_json,
-                    started_at=started_at,
-                ),
-                rides=True,
-            )
-            return
-        self._messages.deliver(before=start.record, at=seq)
-        self._park(
-            {"kind": "sleep", "seq": seq, "fire_at": fire_at.isoformat()},
-            start.unrecorded(),
-            [TimerWrite(seq, TimerKind.SLEEP, fire_at)],
-        )
+        durable_sleep(self, lambda _now: moment)
 
     # -- child workflows -----------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from .. import codec
 from ..attempt import cancellation_seen
 from ..errors import Deposed, WorkflowAlreadyExists, WorkflowNotFound, WorkflowTerminalError
 from ..executor import Engine, EngineConfig
-from ..flow import HoldKind, Rate, SlotTaken, from_micros, gcra_take, hold_is_due, to_micros
+from ..flow import HoldKind, hold_is_due
 from ..parking import DUE_HOLD
 from ..records import (
     ACTIVE_STATUSES,
@@ -43,10 +43,11 @@ from ..records import (
     TimerWrite,
 )
 from ..registry import Registry
+from .memory_flow import MemoryFlowControl
 from .memory_rows import MemoryMessage, MemoryRun, step_record
 
 
-class MemoryStore:
+class MemoryStore(MemoryFlowControl):
     """The engine's store port in memory; see the module docstring for what it leaves out."""
 
     def __init__(self, now: datetime | None = None) -> None:
@@ -54,7 +55,6 @@ class MemoryStore:
         self.runs: dict[str, MemoryRun] = {}
         self.messages: list[MemoryMessage] = []
         self.buckets: dict[tuple[str, str], int] = {}
-        # Activity concurrency slots by (activity, key): the holders, and the queue.
         self.slots: dict[tuple[str, str], tuple[set[tuple[str, int]], list[tuple[str, int]]]] = {}
         self._pks = itertools.count(1)
         self._lock = threading.RLock()
@@ -494,64 +494,6 @@ class MemoryStore:
                 return None
             child = last[-1]
             return ChildOutcome(child.run_id, child.workflow_id, child.status, child.result, child.error)
-
-    def hand_on_slot(self, run_id: str, workflow_name: str) -> list[tuple[str, int]]:
-        """Nothing to hand on: this store keeps no concurrency slots (flow control is
-        decided in the database; tests of it run on the Django store)."""
-        return []
-
-    # -- flow control of activity attempts ------------------------------------------------
-
-    def take_rate_limit(self, name: str, key: str, rate: Rate) -> datetime | None:
-        with self._lock:
-            now = to_micros(self.now)
-            self.buckets[(name, key)], moment = gcra_take(self.buckets.get((name, key)), now, rate)
-            return None if moment <= now else from_micros(moment)
-
-    def take_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
-    ) -> SlotTaken:
-        """The Django store's rule without leases (nothing crashes here): a slot handed on,
-        or a free one when no attempt waits before it; else a place in the queue."""
-        with self._lock:
-            held, waiting = self.slots.setdefault((activity, key), (set(), []))
-            holder = (run_id, seq)
-            if holder in held:
-                return SlotTaken(held=True, in_use=len(held))
-            ahead = waiting[: waiting.index(holder)] if holder in waiting else waiting
-            if len(held) < limit and not ahead:
-                if holder in waiting:
-                    waiting.remove(holder)
-                held.add(holder)
-                return SlotTaken(held=True, in_use=len(held))
-            if holder not in waiting:
-                waiting.append(holder)
-            return SlotTaken(held=False, in_use=len(held))
-
-    def release_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
-    ) -> list[str]:
-        with self._lock:
-            held, waiting = self.slots.setdefault((activity, key), (set(), []))
-            held.discard((run_id, seq))
-            if (run_id, seq) in waiting:
-                waiting.remove((run_id, seq))
-            woken = []
-            while len(held) < limit and waiting:
-                holder = waiting.pop(0)
-                held.add(holder)
-                run, step = self.runs[holder[0]], self.runs[holder[0]].steps.get(holder[1])
-                if step is None or step.status != StepStatus.DELAYED:
-                    continue
-                result = {**codec.loads(step.result_json or "{}"), "until": self.now.isoformat()}
-                run.steps[holder[1]] = replace(step, result_json=codec.dumps(result))
-                run.timers[(holder[1], TimerKind.RETRY)] = TimerWrite(holder[1], TimerKind.RETRY, self.now)
-                if run.status == RunStatus.WAITING:
-                    woken.append(run.run_id)
-            return woken
-
-    def renew_activity_slots(self, holders: list[tuple[str, int]], ttl: float) -> None:
-        """Nothing to renew: slots here have no lease."""
 
     def close_children(self, run_id: str, reason: str) -> list[str]:
         with self._lock:
