@@ -205,21 +205,23 @@ class Engine:
 
     # -- a turn ------------------------------------------------------------------------
 
-    def hold(self, claimed: ClaimedRun) -> None:
+    def hold(self, claimed: ClaimedRun, *, since: float | None = None) -> None:
         """Hold a run claimed for this engine elsewhere (a worker's sweep claims the runs
         it hands its own threads): its lease is renewed from now on, and a thread drives
-        it with :meth:`run_turn` given ``claimed``."""
+        it with :meth:`run_turn` given ``claimed``. ``since``: the engine clock's reading
+        before the claim was written (its lease counts from then), else now."""
         with self._lock:
             self._held[claimed.run_id] = claimed.epoch
-            self._held_at[claimed.run_id] = clock.monotonic()
+            self._held_at[claimed.run_id] = clock.monotonic() if since is None else since
             self._lost.discard(claimed.run_id)
 
     def let_go(self, claimed: ClaimedRun) -> bool:
-        """Release a run held by :meth:`hold` that no turn will drive (a stopping worker's):
-        it is runnable again for any worker. ``False`` if it was no longer ours."""
+        """Release a run held by :meth:`hold` that no turn will drive (a stopping worker's,
+        or one its threads left waiting): it is runnable again for any worker, in its
+        place among the runnable runs. ``False`` if it was no longer ours."""
         self._forget(claimed.run_id, claimed.epoch)
         try:
-            released = self.store.release(claimed.run_id, self.engine_id, claimed.epoch)
+            released = self.store.release(claimed.run_id, self.engine_id, claimed.epoch, keep_place=True)
         except Exception:
             logger.warning("run %s: could not release it (epoch %s); it is taken over once its lease "
                            "expires", claimed.run_id, claimed.epoch, exc_info=True)  # fmt: skip

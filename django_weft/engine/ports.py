@@ -194,9 +194,13 @@ class TurnStore(Protocol):
     def continue_as_new(self, run_id: str, owner: str, epoch: int, args_json: str, kwargs_json: str) -> str:
         """Finish the run as ``continued`` and create its successor; return the new run id."""
 
-    def release(self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True) -> bool:
+    def release(
+        self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True, keep_place: bool = False
+    ) -> bool:
         """Give up ownership without changing the status; ``False`` if no longer owned.
-        ``redispatch=False`` asks the sweep to wait before dispatching the run again."""
+        ``redispatch=False`` asks the sweep to wait before dispatching the run again;
+        ``keep_place=True`` keeps the run's place among the runnable runs (its
+        ``ready_at``), for a claim that no turn drove."""
 
     def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
         """Extend the leases of ``held`` (run id -> epoch); return the run ids no longer held."""

@@ -156,6 +156,20 @@ class LocalDispatcher:
         with self._lock:
             self._closed = True
 
+    def drop_claims(self, older_than: float = 0.0) -> list[ClaimedRun]:
+        """Take back the claims queued at least ``older_than`` seconds ago that no thread
+        has taken (a claim whose turn a thread took is left to it), for the caller to
+        let go; their turns stay queued, and a thread that takes one claims the run as
+        any turn does."""
+        cutoff = clock.monotonic() - older_than
+        with self._lock:
+            stale = [
+                run_id
+                for run_id, (_, at) in self._claims.items()
+                if at <= cutoff and run_id not in self._in_flight
+            ]
+            return [self._claims.pop(run_id)[0] for run_id in stale]
+
     def take_claim(self, run_id: str) -> ClaimedRun | None:
         """The claim :meth:`dispatch_claimed` queued with a turn of ``run_id``, if any (the
         thread that took the turn asks once); its ``db_now`` moved on by the time it

@@ -98,10 +98,16 @@ class InProcessWorker:
                 continue
             try:
                 self._work(work, self.dispatcher.take_claim(work.run_id))
-            finally:
-                # A claim this process's sweep made while this thread claimed the run in
-                # vain: driven now, in the turn's place in the queue.
+            except BaseException:
+                # The thread ends (SystemExit from workflow code, say): a claim made for
+                # it meanwhile is released, not held and renewed with no thread to drive it.
                 late = self.dispatcher.settle(work.run_id)
+                if late is not None:
+                    self.engine.let_go(late)
+                raise
+            # A claim this process's sweep made while this thread claimed the run in
+            # vain: driven now, in the turn's place in the queue.
+            late = self.dispatcher.settle(work.run_id)
             if late is not None:
                 self._work(work, late)
 
@@ -143,6 +149,7 @@ class InProcessWorker:
                 # they take within that half tick (_room). Those they take soon are
                 # claimed for them in the sweep (_claim_room).
                 window = weft_settings.TICK_INTERVAL / 2
+                self._let_go_waiting_claims(weft_settings.TICK_INTERVAL)
                 report = tick(
                     self.dispatcher,
                     redispatch_after=window,
@@ -175,6 +182,15 @@ class InProcessWorker:
                 self._stopping.wait(max(interval - (time.monotonic() - started), 0.0))
             else:
                 self._rest(started + interval)
+
+    def _let_go_waiting_claims(self, longest: float) -> None:
+        """Release the runs claimed for the threads that none of them took within
+        ``longest`` seconds (turns longer than the pace they were claimed at): their
+        leases are no longer renewed here for nothing, and any worker with room takes
+        them, in their place among the runnable runs. Their turns stay queued here: a
+        thread that gets to one claims the run as any turn does."""
+        for claimed in self.dispatcher.drop_claims(older_than=longest):
+            self.engine.let_go(claimed)
 
     def _room(self, window: float) -> int:
         """How many runs this process's sweep hands its threads: as many as they took in
@@ -255,10 +271,18 @@ class InProcessWorker:
         self._passed.set()  # wakes the sweep thread's rest
         self.dispatcher.wake()
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            if thread.name.startswith(("weft-turn", "weft-sweep")):
-                thread.join(max(deadline - time.monotonic(), 0))
-        released = self.engine.release_all()
+        # The sweep first, while the turns drain: a sweep mid-claim lets go what it claims
+        # now (the dispatcher is closed), and must have the time to, or those runs would
+        # stay owned by a process that is gone until their leases expire.
+        for prefix in ("weft-sweep", "weft-turn"):
+            for thread in self._threads:
+                if thread.name.startswith(prefix):
+                    thread.join(max(deadline - time.monotonic(), 0))
+        # Claims no thread took go back to their places among the runnable runs; the
+        # runs of turns still running are released below (their turns see them lost).
+        waiting = self.dispatcher.drop_claims()
+        released = [claimed.run_id for claimed in waiting if self.engine.let_go(claimed)]
+        released += self.engine.release_all()
         self._heartbeat.stop()
         stop_advertising()
         connections.close_all()

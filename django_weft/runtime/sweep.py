@@ -7,7 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ..conf import weft_settings
-from ..engine import observe
+from ..engine import clock, observe
 from ..engine.executor import Engine
 from ..engine.ports import Dispatcher
 from ..engine.records import ClaimedRun
@@ -24,7 +24,7 @@ from .worker import dispatch_finalizer
 logger = get_logger("django_weft.runtime")
 
 
-@dataclass(frozen=True)
+@dataclass
 class OwnThreads:
     """The turn threads of the process whose sweep this is (``weft_worker``'s): the
     runnable runs the sweep sends them are claimed for their engine in the sweep's own
@@ -34,9 +34,12 @@ class OwnThreads:
     dispatcher: LocalDispatcher
     limit: int
     """Runs to claim at most (what the threads take soon); the others are only sent."""
+    began: float = field(default=float("-inf"), init=False)
+    """The engine clock's reading before the claim was written: its leases count from then."""
 
     def claim_as(self) -> ClaimAs:
         config = self.engine.config()
+        self.began = clock.monotonic()
         return ClaimAs(
             self.engine.engine_id, config.lease_ttl, self.limit, self.engine.workflows.workflow_names()
         )
@@ -44,7 +47,7 @@ class OwnThreads:
     def hand(self, claimed: ClaimedRun) -> None:
         """Hold ``claimed`` (the heartbeat renews its lease from now on) and queue it; a
         dispatcher closed by a stopping worker takes none: the run is released."""
-        self.engine.hold(claimed)
+        self.engine.hold(claimed, since=self.began)
         if not self.dispatcher.dispatch_claimed(claimed):
             self.engine.let_go(claimed)
 

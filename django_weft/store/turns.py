@@ -410,20 +410,25 @@ class RunTurns:
                 )
         return str(successor_id)
 
-    def release(self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True) -> bool:
+    def release(
+        self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True, keep_place: bool = False
+    ) -> bool:
         """Drop ownership, keep status: the run stays runnable for another worker.
 
         With ``redispatch=False`` the sweep waits ``WEFT_REDISPATCH_AFTER`` before sending it
-        out again (for a run this worker could not execute)."""
-        return bool(
-            self.sql.owned(run_id, owner, epoch).update(
-                owner_id=None,
-                lease_expires_at=None,
-                dispatched_at=None if redispatch else self.sql.now_value(),
-                ready_at=self.sql.now_value(),
-                updated_at=self.sql.now_value(),
-            )
-        )
+        out again (for a run this worker could not execute). With ``keep_place=True`` its
+        ``ready_at`` stays as it was: a run claimed for a worker's threads and let go
+        undriven goes back to its place among the runnable runs (higher priority first,
+        then the longest waiting), not behind the others."""
+        changes: dict[str, Any] = {
+            "owner_id": None,
+            "lease_expires_at": None,
+            "dispatched_at": None if redispatch else self.sql.now_value(),
+            "updated_at": self.sql.now_value(),
+        }
+        if not keep_place:
+            changes["ready_at"] = self.sql.now_value()
+        return bool(self.sql.owned(run_id, owner, epoch).update(**changes))
 
     def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
         """Extend the lease of every held run; return those another took or changed (a

@@ -255,3 +255,98 @@ def test_weft_worker_threads_drive_the_runs_its_sweep_claimed(monkeypatch: pytes
         worker.stop(timeout=5)
     assert not set(own_claims) & set(runs)  # the sweep claimed all four (two per thread)
     assert all(row(run)["owner_epoch"] == 1 for run in runs)
+
+
+@postgres_only
+def test_claims_no_thread_took_in_time_are_let_go_in_their_place() -> None:
+    """Threads held up by long turns: the runs claimed for them and still waiting are
+    released by the next sweep (their leases no longer renewed for nothing), with their
+    ``ready_at`` kept, so any worker takes them in the order they had."""
+    runs = [client.start("tests.echo", args=[index]).run_id for index in range(3)]
+    ready = {run: row(run)["ready_at"] for run in runs}
+    worker = InProcessWorker(threads=0, sweep=False)
+    try:
+        tick(worker.dispatcher, own_threads=OwnThreads(worker.engine, worker.dispatcher, 100))
+        assert set(worker.engine.held()) == set(runs)
+        assert worker.dispatcher.get(0.1) == Work(runs[0])  # a thread took the first one's turn
+        worker._let_go_waiting_claims(longest=60.0)
+        assert set(worker.engine.held()) == set(runs)  # none waited that long
+        worker._let_go_waiting_claims(longest=0.0)
+        # The taken one is the thread's to settle; the others are released in their place.
+        assert set(worker.engine.held()) == {runs[0]}
+        for run in runs[1:]:
+            after = row(run)
+            assert after["owner_id"] is None and after["dispatched_at"] is None
+            assert after["ready_at"] == ready[run]
+        sent = DjangoStore().sweep.claim_dispatch_batch(100, 0.0, 0.5)
+        assert sent.runnable == runs[1:]
+        # Their turns stay queued: a thread that gets to one claims the run as any turn does.
+        assert worker.dispatcher.take_claim(runs[1]) is None
+        assert make_engine().run_turn(runs[1]) == "completed"
+    finally:
+        worker.stop(timeout=1.0)
+        worker.dispatcher.wake()
+
+
+@postgres_only
+def test_a_stopping_worker_gives_its_queued_claims_back_in_their_place() -> None:
+    runs = [client.start("tests.echo", args=[index]).run_id for index in range(2)]
+    ready = {run: row(run)["ready_at"] for run in runs}
+    worker = InProcessWorker(threads=0, sweep=False)
+    try:
+        tick(worker.dispatcher, own_threads=OwnThreads(worker.engine, worker.dispatcher, 100))
+        assert sorted(worker.stop(timeout=1.0)) == sorted(runs)
+    finally:
+        worker.dispatcher.wake()
+    assert {run: row(run)["ready_at"] for run in runs} == ready
+
+
+@postgres_only
+def test_a_claims_lease_counts_from_before_the_claim_was_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep's transaction went on after the claim's UPDATE (the histories, the
+    commit): the lease began before the engine held the run, and it is trusted only for
+    ``lease_ttl`` from then."""
+    from django_weft.store.sweep import Sweep
+
+    config = dataclasses.replace(weft_settings.engine_config(), lease_ttl=0.4)
+    engine = Engine(DjangoStore().turns, CurrentDispatcher(), lambda: config)
+    local = LocalDispatcher()
+    run = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
+    claim_locked = Sweep._claim_locked
+
+    def slow(self: Sweep, *args: Any, **kwargs: Any) -> Any:
+        claimed = claim_locked(self, *args, **kwargs)
+        time.sleep(0.25)  # a slow history read
+        return claimed
+
+    monkeypatch.setattr(Sweep, "_claim_locked", slow)
+    tick(local, own_threads=OwnThreads(engine, local, 100))
+    time.sleep(0.2)  # 0.45 s since the claim, 0.2 s since the run was held
+    assert engine.run_turn(run, claimed=local.take_claim(run)) == "deposed"
+    assert not SideEffect.objects.filter(key="sleepy:before").exists()
+
+
+@postgres_only
+def test_a_claim_for_a_turn_thread_that_dies_is_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn that ends its thread (``SystemExit`` from workflow code): a claim the sweep
+    made for that run meanwhile is let go, not held and renewed with no thread to drive it."""
+    run = client.start("tests.echo", args=[1]).run_id
+    worker = InProcessWorker(threads=0, sweep=False)
+    worker.dispatcher.dispatch_turn(run)
+
+    def dies(work: Work, claimed: Any = None) -> None:
+        # The sweep claims the run while this thread has its turn: the claim waits for it.
+        report = tick(worker.dispatcher, own_threads=OwnThreads(worker.engine, worker.dispatcher, 100))
+        assert report.claimed == 1
+        raise SystemExit
+
+    monkeypatch.setattr(worker, "_work", dies)
+    try:
+        with pytest.raises(SystemExit):
+            worker._turn_loop()
+        assert worker.engine.held() == {}
+        assert row(run)["owner_id"] is None
+    finally:
+        worker.stop(timeout=1.0)
+        worker.dispatcher.wake()
+    assert make_engine().run_turn(run) == "completed"

@@ -443,7 +443,9 @@ class MemoryStore(MemoryFlowControl):
                 message.status = "failed"
                 message.error = {"type": "django_weft.RunFinished", "message": f"the run finished ({status})"}
 
-    def release(self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True) -> bool:
+    def release(
+        self, run_id: str, owner: str, epoch: int, *, redispatch: bool = True, keep_place: bool = False
+    ) -> bool:
         with self._lock:
             run = self.runs.get(run_id)
             if run is None or run.owner != owner or run.epoch != epoch:
