@@ -89,11 +89,10 @@ class Engine:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
         self._lost: set[str] = set()
-        # When this engine took hold of each run (the engine clock), and when the last
-        # renewal that succeeded began: a claim made before its turn is trusted only
-        # while its lease is known to be current (_still_held).
+        # Since when each held run's lease is known to be current (the engine clock): its
+        # claim, then each renewal that extended it. A claim made before its turn is
+        # trusted only while its lease is known to be current (_still_held).
         self._held_at: dict[str, float] = {}
-        self._renewal_began = float("-inf")
         # Activity attempts (run id, seq) holding a concurrency slot in this process.
         self._slots: dict[tuple[str, int], int] = {}
 
@@ -139,15 +138,20 @@ class Engine:
         held = self.held()
         if not held:
             return set()
-        lost = self.store.renew(self.engine_id, held, self.config().lease_ttl)
-        self._renewal_began = began
-        if lost:
-            with self._lock:
+        renewal = self.store.renew(self.engine_id, held, self.config().lease_ttl)
+        lost = renewal.lost
+        with self._lock:
+            for run_id, epoch in held.items():
+                # Renewed (not lost, nor skipped: its row locked elsewhere right then),
+                # and still held under the same claim: its lease is current from `began`.
+                if run_id not in lost and run_id not in renewal.skipped and self._held.get(run_id) == epoch:
+                    self._held_at[run_id] = max(self._held_at.get(run_id, began), began)
+            if lost:
                 # A turn that finished meanwhile released its run: that is not a loss.
                 lost = {run for run in lost if self._held.get(run) == held[run]}
                 self._lost.update(lost)
-            for run_id in lost:
-                logger.warning("run %s: lease lost (deposed), stopping", run_id)
+        for run_id in lost:
+            logger.warning("run %s: lease lost (deposed), stopping", run_id)
         return lost
 
     def release_all(self) -> list[str]:
@@ -295,7 +299,7 @@ class Engine:
         with self._lock:
             held = self._held.get(run_id) == claimed.epoch
             lost = run_id in self._lost
-            since = max(self._held_at.get(run_id, float("-inf")), self._renewal_began)
+            since = self._held_at.get(run_id, float("-inf"))
         if not held:
             return False
         if lost:

@@ -14,6 +14,7 @@ from .records import (
     ChildStart,
     ClaimedRun,
     PendingMessage,
+    Renewal,
     StepWrite,
     TimerWrite,
 )
@@ -202,8 +203,9 @@ class TurnStore(Protocol):
         ``keep_place=True`` keeps the run's place among the runnable runs (its
         ``ready_at``), for a claim that no turn drove."""
 
-    def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
-        """Extend the leases of ``held`` (run id -> epoch); return the run ids no longer held."""
+    def renew(self, owner: str, held: dict[str, int], ttl: float) -> Renewal:
+        """Extend the leases of ``held`` (run id -> epoch); return the run ids no longer
+        held, and those still held whose leases this call did not extend."""
 
     def db_now(self) -> datetime: ...
 

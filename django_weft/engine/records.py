@@ -218,6 +218,19 @@ class ClaimedRun:
     for tracing to continue the starter's trace; ``None`` when none was stored."""
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """What a renewal of the leases of the runs an engine holds found
+    (:meth:`~django_weft.engine.ports.TurnStore.renew`)."""
+
+    lost: set[str]
+    """Held runs that another owner took, or whose epoch moved: no longer this engine's."""
+    skipped: frozenset[str] = frozenset()
+    """Held runs whose leases were not renewed this time (their rows locked by another
+    transaction right then), though still this engine's: their leases run on from the
+    last renewal."""
+
+
 class MessageKind(enum.StrEnum):
     SIGNAL = "signal"
     UPDATE = "update"

@@ -26,6 +26,7 @@ from ..engine.records import (
     ClaimedRun,
     FailureCategory,
     PendingMessage,
+    Renewal,
     RunStatus,
     StepWrite,
     TimerKind,
@@ -430,16 +431,19 @@ class RunTurns:
             changes["ready_at"] = self.sql.now_value()
         return bool(self.sql.owned(run_id, owner, epoch).update(**changes))
 
-    def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
+    def renew(self, owner: str, held: dict[str, int], ttl: float) -> Renewal:
         """Extend the lease of every held run; return those another took or changed (a
-        run this owner has just ended or released is not among them).
+        run this owner has just ended or released is not among them), and those still
+        held that were not renewed.
 
         On PostgreSQL one statement renews them all and skips rows locked right now (an
-        atomic activity of this engine holds its run row): those are not renewed this
-        round but are not lost either. Ownership is then read without locks."""
+        atomic activity of this engine holds its run row, or another process's
+        transaction): those are not renewed this round but are not lost either
+        (``skipped``). Ownership is then read without locks."""
         if not held:
-            return set()
+            return Renewal(set())
         keys = {self.sql.run_key(run_id): run_id for run_id in held}
+        renewed: set[str] | None = None  # None: every row this owner owns
         if self.sql.is_postgres:
             params: dict[str, Any] = {"ttl": ttl, "ids": list(keys), "owner": owner}
             now = self.sql.sql_now(params)
@@ -447,9 +451,10 @@ class RunTurns:
                 cursor.execute(
                     f"UPDATE {RUN_TABLE} SET lease_expires_at = {now} + %(ttl)s * interval '1 second' "
                     f"WHERE id IN (SELECT id FROM {RUN_TABLE} WHERE id = ANY(%(ids)s) "
-                    "AND owner_id = %(owner)s FOR UPDATE SKIP LOCKED)",
+                    "AND owner_id = %(owner)s FOR UPDATE SKIP LOCKED) RETURNING id",
                     params,
                 )
+                renewed = {keys[key] for (key,) in cursor.fetchall() if key in keys}
         else:
             until = self.sql.local_now() + timedelta(seconds=ttl)
             self.sql.runs().filter(pk__in=list(held), owner_id=owner).update(lease_expires_at=until)
@@ -462,11 +467,15 @@ class RunTurns:
         # Unowned at the same epoch: this owner ended or released it (every transition by
         # someone else moves the epoch), in the moment between its commit and the engine
         # forgetting it. That is not a loss.
-        return {
+        lost = {
             run_id
             for run_id, epoch in held.items()
             if current.get(run_id) not in ((owner, epoch), (None, epoch))
         }
+        if renewed is None:
+            return Renewal(lost)
+        kept = {run_id for run_id, epoch in held.items() if current.get(run_id) == (owner, epoch)}
+        return Renewal(lost, frozenset(kept - renewed))
 
     # Messages during a turn (:class:`TurnMessages`).
 

@@ -350,3 +350,26 @@ def test_a_claim_for_a_turn_thread_that_dies_is_released(monkeypatch: pytest.Mon
         worker.stop(timeout=1.0)
         worker.dispatcher.wake()
     assert make_engine().run_turn(run) == "completed"
+
+
+@postgres_only
+def test_a_claim_whose_renewal_skipped_its_locked_row_is_not_trusted_for_longer() -> None:
+    """Another transaction held the run's row while the heartbeat ran: its lease was not
+    extended, so the claim counts from when it was made, not from that renewal."""
+    import psycopg
+
+    config = dataclasses.replace(weft_settings.engine_config(), lease_ttl=0.4)
+    engine = Engine(DjangoStore().turns, CurrentDispatcher(), lambda: config)
+    local = LocalDispatcher()
+    run = client.start("tests.sleepy", kwargs={"seconds": 60}).run_id
+    tick(local, own_threads=OwnThreads(engine, local, 100))
+    time.sleep(0.25)
+    params = dict(connection.get_connection_params())
+    params.pop("cursor_factory", None)
+    with psycopg.connect(**params) as elsewhere:
+        elsewhere.execute("SELECT 1 FROM django_weft_workflowrun WHERE id = %s FOR UPDATE", [run])
+        assert engine.renew_leases() == set()  # not lost: skipped
+        elsewhere.rollback()
+    time.sleep(0.2)  # 0.45 s since the claim, 0.2 s since the renewal that skipped it
+    assert engine.run_turn(run, claimed=local.take_claim(run)) == "deposed"
+    assert not SideEffect.objects.filter(key="sleepy:before").exists()

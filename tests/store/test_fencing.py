@@ -123,13 +123,36 @@ def test_renewal_extends_the_lease_and_detects_a_takeover() -> None:
     assert claimed is not None and claimed.epoch == 1
     before = WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at
     time.sleep(0.05)
-    assert store.turns.renew("A", {handle.run_id: 1}, 30) == set()
+    assert store.turns.renew("A", {handle.run_id: 1}, 30).lost == set()
     assert WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at > before
     # Expire A's lease and let B take over: A's next renewal finds the new epoch.
     WorkflowRun.objects.filter(pk=handle.run_id).update(lease_expires_at="2000-01-01T00:00:00Z")
     assert store.turns.claim(handle.run_id, "B", 30, 10) is not None
-    assert store.turns.renew("A", {handle.run_id: 1}, 30) == {handle.run_id}
+    assert store.turns.renew("A", {handle.run_id: 1}, 30).lost == {handle.run_id}
     assert WorkflowRun.objects.get(pk=handle.run_id).owner_epoch == 2
+
+
+@pytest.mark.postgres
+def test_a_run_whose_row_is_locked_elsewhere_is_skipped_by_the_renewal_not_lost() -> None:
+    """The renewal does not wait for a row another transaction holds (it would stall the
+    heartbeat of every run): that run's lease is left as it was, and said so."""
+    import psycopg
+
+    store = DjangoStore()
+    handle = client.start("tests.echo")
+    assert store.turns.claim(handle.run_id, "A", 30, 10) is not None
+    before = WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at
+    params = dict(connection.get_connection_params())
+    params.pop("cursor_factory", None)
+    with psycopg.connect(**params) as elsewhere:
+        elsewhere.execute("SELECT 1 FROM django_weft_workflowrun WHERE id = %s FOR UPDATE", [handle.run_id])
+        renewal = store.turns.renew("A", {handle.run_id: 1}, 60)
+        elsewhere.rollback()
+    assert (renewal.lost, renewal.skipped) == (set(), {handle.run_id})
+    assert WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at == before
+    renewal = store.turns.renew("A", {handle.run_id: 1}, 60)
+    assert (renewal.lost, renewal.skipped) == (set(), frozenset())
+    assert WorkflowRun.objects.get(pk=handle.run_id).lease_expires_at > before
 
 
 def test_renewal_does_not_call_a_run_its_owner_has_just_ended_lost() -> None:
@@ -138,7 +161,7 @@ def test_renewal_does_not_call_a_run_its_owner_has_just_ended_lost() -> None:
     assert store.turns.claim(handle.run_id, "A", 30, 10) is not None
     store.turns.complete(handle.run_id, "A", 1, "null")
     # The heartbeat's snapshot still holds it (the turn has not forgotten it yet).
-    assert store.turns.renew("A", {handle.run_id: 1}, 30) == set()
+    assert store.turns.renew("A", {handle.run_id: 1}, 30).lost == set()
 
 
 def test_engine_renew_leases_deposes_the_lost_run_locally() -> None:

@@ -349,7 +349,8 @@ def test_a_renewed_lease_runs_from_the_virtual_time_and_holds_off_a_takeover(wef
     claimed = owner.store.claim(run.run_id, owner.engine_id, settings.WEFT_LEASE_TTL, 0.5)
     assert claimed is not None
     weft.advance(settings.WEFT_LEASE_TTL - 1)
-    assert owner.store.renew(owner.engine_id, {run.run_id: claimed.epoch}, settings.WEFT_LEASE_TTL) == set()
+    renewal = owner.store.renew(owner.engine_id, {run.run_id: claimed.epoch}, settings.WEFT_LEASE_TTL)
+    assert renewal.lost == set()
     row = WorkflowRun.objects.get(pk=run.run_id)
     assert row.lease_expires_at == weft.now() + timedelta(seconds=settings.WEFT_LEASE_TTL)
     # Past the first lease and its grace, within the renewed one: still the owner's.

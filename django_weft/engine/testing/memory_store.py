@@ -34,6 +34,7 @@ from ..records import (
     ClaimedRun,
     MessageKind,
     PendingMessage,
+    Renewal,
     RunStatus,
     StepKind,
     StepRecord,
@@ -453,7 +454,7 @@ class MemoryStore(MemoryFlowControl):
             run.owner, run.lease_expires_at = None, None
             return True
 
-    def renew(self, owner: str, held: dict[str, int], ttl: float) -> set[str]:
+    def renew(self, owner: str, held: dict[str, int], ttl: float) -> Renewal:
         with self._lock:
             lost = set()
             for run_id, epoch in held.items():
@@ -462,7 +463,7 @@ class MemoryStore(MemoryFlowControl):
                     lost.add(run_id)
                 else:
                     run.lease_expires_at = self.now + timedelta(seconds=ttl)
-            return lost
+            return Renewal(lost)
 
     # -- children ------------------------------------------------------------------------
 
