@@ -95,7 +95,7 @@ class Workflow(Generic[P, R]):
     workflow (:mod:`django_weft.tasks`): what the admin's and the REST API's ``kind``
     filters tell apart."""
 
-    def __call__(self, ctx: WorkflowContext, *args: Any, **kwargs: Any) -> R:
+    def __call__(self, ctx: WorkflowContext, /, *args: Any, **kwargs: Any) -> R:
         return self.fn(ctx, *args, **kwargs)
 
     def start(self, *args: P.args, **kwargs: P.kwargs) -> Any:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from .. import runtime
 from ..conf import weft_settings
 from ..engine import clock
+from ..engine.durations import MAX_SECONDS
 from ..engine.errors import ConfigurationError, WorkflowArgumentsError
 from ..engine.registry import registry
 from ..engine.retry import RetryPolicy
@@ -78,9 +79,15 @@ class WeftTaskBackend(framework.BaseTaskBackend):
         if task.run_after is not None:
             virtual = clock.installed()  # a test's virtual clock, which the store's timers follow
             delay = (task.run_after - (virtual.now() if virtual else timezone.now())).total_seconds()
+            if delay > MAX_SECONDS:  # a run's start delay is 100 years at most
+                raise framework.InvalidTask(
+                    f"run_after is {task.run_after.isoformat()}, more than 100 years ahead: give a "
+                    "nearer time"
+                )
         options = runtime.StartOptions(
             start_delay=delay if delay is not None and delay > 0 else None,
-            priority=task.priority,
+            # The framework takes any whole number (5.0, True) in its range; the run's is an int.
+            priority=int(task.priority),
             search_attributes={runner.TASK_ATTRIBUTE: self.alias, runner.QUEUE_ATTRIBUTE: task.queue_name},
         )
         try:

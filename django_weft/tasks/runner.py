@@ -97,7 +97,7 @@ def _on_queue(act: Activity[..., Any], queue: str) -> Activity[..., Any]:
 
 
 def _body_of(name: str) -> Callable[..., Any]:
-    def body(ctx: WorkflowContext, *args: Any, **kwargs: Any) -> Any:
+    def body(ctx: WorkflowContext, /, *args: Any, **kwargs: Any) -> Any:
         attributes = ctx.info.search_attributes
         queue = attributes.get(QUEUE_ATTRIBUTE) or framework.DEFAULT_TASK_QUEUE_NAME
         alias = attributes.get(TASK_ATTRIBUTE)

@@ -122,6 +122,14 @@ def test_arguments_the_function_cannot_take_are_refused_at_enqueue(weft: Any) ->
     assert WorkflowRun.objects.count() == before
 
 
+def test_keyword_arguments_named_as_the_engine_names_its_own_reach_the_task(weft: Any) -> None:
+    more = {"target": "t", "args": "a", "kwargs": "k", "act": "x", "seq": 1, "attempt": 2}
+    result = tasks.named_like_the_engine.enqueue(ctx="c", **more)
+    weft.run_until_idle()
+    result.refresh()
+    assert (result.status, result.return_value) == (SUCCESSFUL, ["c", more])
+
+
 # -- failures and retries ------------------------------------------------------------------------
 
 
@@ -192,6 +200,16 @@ def test_the_tasks_priority_is_the_runs(weft: Any) -> None:
     assert run_of(tasks.noop.using(priority=-7).enqueue()).priority == -7
     with pytest.raises(framework.InvalidTask, match="priority"):
         tasks.noop.using(priority=101)
+    # Whole numbers the framework takes, whatever their type.
+    assert run_of(tasks.noop.using(priority=3.0).enqueue()).priority == 3  # type: ignore[arg-type]
+    assert run_of(tasks.noop.using(priority=True).enqueue()).priority == 1
+
+
+def test_a_run_after_beyond_what_a_run_can_wait_is_an_invalid_task(weft: Any) -> None:
+    before = WorkflowRun.objects.count()
+    with pytest.raises(framework.InvalidTask, match="more than 100 years ahead"):
+        tasks.add.using(run_after=weft.now() + timedelta(days=365 * 101)).enqueue(1, 2)
+    assert WorkflowRun.objects.count() == before
 
 
 def test_run_after_is_a_durable_timer(weft: Any) -> None:

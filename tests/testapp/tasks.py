@@ -23,6 +23,13 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@task
+def named_like_the_engine(ctx: str, **more: Any) -> list[Any]:
+    """Parameters named as the engine names its own (a workflow's ``ctx``, ``ctx.run``'s
+    ``target``, ...): a task's own, passed by keyword."""
+    return [ctx, more]
+
+
 @task(priority=5)
 def noop() -> None:
     return None
