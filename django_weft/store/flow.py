@@ -67,6 +67,11 @@ ACTIVITY_GROUPS = 7323
 """The lock space of activity concurrency groups (:mod:`.activity_flow`)."""
 
 
+_backstop_after: dict[str, tuple[str, str] | None] = {}
+"""By database alias: the last queued group this process's backstop
+(:meth:`FlowControl.admit_waiting`) looked at, so its next sweep goes on from there."""
+
+
 @contextmanager
 def group_lock(sql: StoreSql, group: str, space: int) -> Iterator[None]:
     """The transaction in which a group's slots are decided, holding the group's lock: a
@@ -279,7 +284,7 @@ class FlowControl:
         a crash in between) is handed on here within a tick."""
         if not limits:
             return []
-        groups = set(self.queued(limits).values_list("workflow_name", "concurrency_key").distinct()[:batch])
+        groups = self._queued_groups(limits, batch)
         if not groups:
             return []
         names = sorted({name for name, _ in groups})
@@ -296,6 +301,32 @@ class FlowControl:
             if held.get((name, key), 0) < limits[name].limit:
                 admitted += self.admit_group(name, key, limits[name])
         return admitted
+
+    def _queued_groups(self, limits: Mapping[str, Concurrency], batch: int) -> set[tuple[str, str]]:
+        """``batch`` of the (workflow, key) pairs with queued runs, in their order from
+        where the previous call stopped, wrapping around: every group is looked at within
+        a few sweeps however many groups have queued runs (the first ``batch`` of them
+        every time would leave the others' freed slots unused while those stay busy)."""
+
+        def page(after: tuple[str, str] | None, size: int) -> list[tuple[str, str]]:
+            queued = self.queued(limits)
+            if after is not None:
+                name, key = after
+                queued = queued.filter(
+                    Q(workflow_name__gt=name) | Q(workflow_name=name, concurrency_key__gt=key)
+                )
+            # Ordered by the group alone (not the model's -created_at), so DISTINCT is per group.
+            pairs = queued.order_by("workflow_name", "concurrency_key").values_list(
+                "workflow_name", "concurrency_key"
+            )
+            return [(str(name), str(key)) for name, key in pairs.distinct()[:size]]
+
+        after = _backstop_after.get(self.sql.alias)
+        found = page(after, batch)
+        if len(found) < batch and after is not None:
+            found += page(None, batch - len(found))  # wrapped around: from the first group
+        _backstop_after[self.sql.alias] = found[-1] if len(found) == batch else None
+        return set(found)
 
     @contextmanager
     def deciding_start(self) -> Iterator[None]:

@@ -211,6 +211,34 @@ def test_the_sweep_hands_on_a_slot_freed_by_a_cancel() -> None:
     assert turn(second.run_id) == "parked"
 
 
+def test_the_sweep_hands_on_a_freed_slot_beside_a_group_with_many_newer_queued_runs(settings: Any) -> None:
+    """The backstop looks at groups, not runs: a busy group's newer queued runs do not
+    fill its batch and hide a group whose slot was freed."""
+    settings.WEFT_TICK_BATCH = 5
+    cold = [client.start("tests.flow.per_key", args=["cold"]) for _ in range(2)]
+    assert turn(cold[0].run_id) == "parked"
+    hot = [client.start("tests.flow.per_key", args=["hot"]) for _ in range(7)]  # one held, six queued
+    assert run(hot[-1].run_id).slot == "queued"
+    cold[0].cancel()
+    assert runtime.tick(LocalDispatcher()).admitted == 1
+    assert run(cold[1].run_id).slot == "held"
+
+
+def test_the_sweep_reaches_every_group_however_many_have_queued_runs(settings: Any) -> None:
+    """More groups with queued runs than a sweep's batch: each sweep goes on from where the
+    previous one stopped, so a freed slot in a middle group is handed on within a few."""
+    settings.WEFT_TICK_BATCH = 2
+    groups = [f"k{index}" for index in range(5)]
+    first = {key: client.start("tests.flow.per_key", args=[key]) for key in groups}
+    queued = {key: client.start("tests.flow.per_key", args=[key]) for key in groups}
+    for key in groups:
+        assert turn(first[key].run_id) == "parked" and run(queued[key].run_id).slot == "queued"
+    first["k2"].cancel()
+    admitted = [runtime.tick(LocalDispatcher()).admitted for _ in range(3)]
+    assert sum(admitted) == 1 and run(queued["k2"].run_id).slot == "held", admitted
+    assert [key for key in groups if run(queued[key].run_id).slot == "held"] == ["k2"]
+
+
 def test_a_slot_stays_with_its_run_across_a_takeover() -> None:
     first = client.start("tests.flow.per_key", args=["c-1"])
     assert turn(first.run_id, make_engine("dead")) == "parked"
