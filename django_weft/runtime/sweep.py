@@ -153,6 +153,9 @@ def tick(
         report.dispatch_limit = dispatch_batch = max(dispatch_limit, 0)
     deliver = delivers(dispatcher)
     workflow_limits = registry.concurrency_limits()
+    # Workflows known here without a limit: runs of theirs still queued (a deploy removed
+    # the limit) are let go by the backstop below.
+    unlimited = registry.workflow_names() - set(workflow_limits)
     activity_limits = registry.activity_concurrency_limits()
     # One read says which parts have work; an idle sweep ends with it (and the chores below).
     work = store.probe.pending(
@@ -161,6 +164,7 @@ def tick(
         workflow_limits=workflow_limits,
         activity_limits=activity_limits,
         dispatch=deliver,
+        unlimited=unlimited,
     )
     if work.timers:
         report.fired = len(store.sweep.fire_due_timers(batch))
@@ -183,7 +187,7 @@ def tick(
     # timeout, a process that died in between): the queued runs they let in are runnable
     # now, and dispatched below.
     if work.admissions:
-        report.admitted = len(store.flow.admit_waiting(workflow_limits, batch))
+        report.admitted = len(store.flow.admit_waiting(workflow_limits, batch, unlimited=unlimited))
     # Activity slots freed without their release (a worker died: the slot's lease ran
     # out): the attempts queued first get them, and their runs are woken.
     if work.hand_ons:

@@ -207,11 +207,17 @@ class RunClaims:
     ) -> tuple[Any, ...] | None:
         """Claim a runnable run counted by a concurrency limit once it holds a slot: it
         takes a free one, or is queued (docs/explanation/flow-control.md). A run whose
-        workflow this process does not know is left for a worker that knows its limit.
+        workflow this process does not know is left for a worker that knows its limit; a
+        run of a workflow known here without a limit is claimed as any run.
         Runs let in ahead of it are runnable; the sweep rings their doorbells."""
         limit = registry.concurrency_limits().get(name)
         if limit is None:
-            return None
+            if name not in registry.workflow_names():
+                return None
+            # Its workflow has no limit now (a deploy removed it): the run drops its key
+            # and is claimed as any run.
+            self.flow.drop_limit(name, 1, run_id=run_id)
+            return self._claim_runnable(run_id, owner, ttl, grace, workflows)
         admission = self.flow.admit_on_claim(run_id, name, key, limit)
         if not admission.admitted:
             return None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -268,25 +268,35 @@ class FlowControl:
         )
         return [] if key is None else self.admit_group(workflow, key, limit)
 
-    def queued(self, limits: Mapping[str, Concurrency]) -> Any:
-        """The runs of the workflows in ``limits`` queued for a slot, unlocked."""
+    def queued(self, workflows: Collection[str]) -> Any:
+        """The runs of ``workflows`` queued for a slot, unlocked."""
         return self.sql.runs().filter(
             slot=QUEUED,
             status=RunStatus.PENDING,
-            workflow_name__in=sorted(limits),
+            workflow_name__in=sorted(workflows),
             concurrency_key__isnull=False,
         )
 
-    def admit_waiting(self, limits: Mapping[str, Concurrency], batch: int) -> list[Admitted]:
+    def admit_waiting(
+        self, limits: Mapping[str, Concurrency], batch: int, *, unlimited: Collection[str] = ()
+    ) -> list[Admitted]:
         """The sweep's backstop: for every group with queued runs (of the workflows in
         ``limits``) and a free slot, let them in. A slot freed by a run that ended without
         its ending being followed by :meth:`released` (a cancel from the admin, a timeout,
-        a crash in between) is handed on here within a tick."""
-        if not limits:
+        a crash in between) is handed on here within a tick.
+
+        ``unlimited``: workflows known here that have no limit, though runs of theirs may
+        still be queued (a deploy removed the limit): those runs are let go, no longer
+        counted by any limit (:meth:`drop_limit`)."""
+        if not limits and not unlimited:
             return []
-        groups = self._queued_groups(limits, batch)
+        groups = self._queued_groups([*limits, *unlimited], batch)
+        admitted: list[Admitted] = []
+        for name in sorted({name for name, _ in groups if name not in limits}):
+            admitted += self.drop_limit(name, batch)
+        groups = {(name, key) for name, key in groups if name in limits}
         if not groups:
-            return []
+            return admitted
         names = sorted({name for name, _ in groups})
         held: dict[tuple[str, str], int] = {}
         for name, key in (
@@ -296,20 +306,56 @@ class FlowControl:
         ):
             group = (name, self.group_key(limits[name], str(key)))
             held[group] = held.get(group, 0) + 1
-        admitted: list[Admitted] = []
         for name, key in sorted({(name, self.group_key(limits[name], str(key))) for name, key in groups}):
             if held.get((name, key), 0) < limits[name].limit:
                 admitted += self.admit_group(name, key, limits[name])
         return admitted
 
-    def _queued_groups(self, limits: Mapping[str, Concurrency], batch: int) -> set[tuple[str, str]]:
+    def drop_limit(self, workflow: str, batch: int, *, run_id: str | None = None) -> list[Admitted]:
+        """``workflow`` has no concurrency limit (any more): up to ``batch`` of its runs
+        still queued for a slot (or ``run_id`` alone, queued or runnable without a slot)
+        drop their key and are runnable as any run; returns those that were queued. A run
+        already holding a slot keeps it until it ends (nothing counts it any more)."""
+        runs = self.sql.runs().filter(
+            Q(slot=QUEUED, status=RunStatus.PENDING) | Q(status=RunStatus.RUNNING, owner_id__isnull=True),
+            workflow_name=workflow,
+            concurrency_key__isnull=False,
+        )
+        runs = runs.exclude(slot=HELD)
+        if run_id is not None:
+            runs = runs.filter(pk=run_id)
+        now = self.sql.now_value()
+        with transaction.atomic(using=self.sql.alias):
+            chosen = list(
+                runs.select_for_update(skip_locked=True)
+                .order_by("-priority", "queue_rank", "created_at")
+                .values_list("pk", "priority", "status")[:batch]
+            )
+            if not chosen:
+                return []
+            queued = [(pk, priority) for pk, priority, status in chosen if status == RunStatus.PENDING]
+            runnable = [pk for pk, _, status in chosen if status != RunStatus.PENDING]
+            # Status and slot in one update: a pending run without a slot would be taken
+            # for an open debounce burst (the burst's unique index).
+            unkeyed = {"concurrency_key": None, "slot": "", "queue_rank": None, "updated_at": now}
+            if queued:
+                self.sql.runs().filter(pk__in=[pk for pk, _ in queued]).update(
+                    status=RunStatus.RUNNING, ready_at=now, dispatched_at=None, waiting_on=None, **unkeyed
+                )
+            if runnable:
+                self.sql.runs().filter(pk__in=runnable).update(**unkeyed)
+        for pk, _ in queued:
+            logger.info("run %s (%s): no longer queued, its workflow has no limit now", pk, workflow)
+        return [Admitted(str(pk), priority) for pk, priority in queued]
+
+    def _queued_groups(self, workflows: Collection[str], batch: int) -> set[tuple[str, str]]:
         """``batch`` of the (workflow, key) pairs with queued runs, in their order from
         where the previous call stopped, wrapping around: every group is looked at within
         a few sweeps however many groups have queued runs (the first ``batch`` of them
         every time would leave the others' freed slots unused while those stay busy)."""
 
         def page(after: tuple[str, str] | None, size: int) -> list[tuple[str, str]]:
-            queued = self.queued(limits)
+            queued = self.queued(workflows)
             if after is not None:
                 name, key = after
                 queued = queued.filter(

@@ -68,18 +68,20 @@ class SweepProbe:
         workflow_limits: Mapping[str, Concurrency] | None = None,
         activity_limits: Mapping[str, Concurrency] | None = None,
         dispatch: bool = True,
+        unlimited: Collection[str] = (),
     ) -> SweepWork:
         """Ask every part at once. ``dispatch`` says whether the sweep dispatches runs and
         finalizers (a dispatcher that delivers); ``workflows`` limits those to a worker's
         own workflows, as the sweep does; flow control parts are asked only for the
-        limits given."""
+        limits given, and for runs still queued of the ``unlimited`` workflows (known to
+        the sweep's process without a limit)."""
         # On PostgreSQL the statement reads the clock itself, so it depends only on these
         # arguments: compiled once per process (the querysets cost more than the statement).
-        limits = (_names(workflow_limits), _names(activity_limits))
+        limits = (_names(workflow_limits), _names(activity_limits), tuple(sorted(unlimited)))
         key = (self.sql.alias, grace, _names(workflows), limits, dispatch)
         cached = _statements.get(key) if self.sql.clock_in_sql else None
         if cached is None:
-            cached = self._statement(grace, workflows, workflow_limits, activity_limits, dispatch)
+            cached = self._statement(grace, workflows, workflow_limits, activity_limits, dispatch, unlimited)
             if self.sql.clock_in_sql:
                 # Its values (statuses, kinds, names, the grace) are the same at every
                 # sweep: written into the statement, its one plan reads each part's
@@ -102,6 +104,7 @@ class SweepProbe:
         workflow_limits: Mapping[str, Concurrency] | None,
         activity_limits: Mapping[str, Concurrency] | None,
         dispatch: bool,
+        unlimited: Collection[str] = (),
     ) -> tuple[list[str], str, list[Any]]:
         now = self.sql.now_expression()
         reads: dict[str, Any] = {
@@ -118,8 +121,8 @@ class SweepProbe:
             reads["finalizers"] = self.finalizers.due_finalizers(now, workflows)
             reads["dispatch"] = self.sweep.runnable_runs(workflows)
             reads["expired"] = self.sweep.expired_runs(now, grace, workflows)
-        if workflow_limits:
-            reads["admissions"] = self.flow.queued(workflow_limits)
+        if workflow_limits or unlimited:
+            reads["admissions"] = self.flow.queued([*(workflow_limits or ()), *unlimited])
         if activity_limits:
             reads["hand_ons"] = self.activity_flow.waiting(activity_limits)
         return [*reads], *self.sql.exists_statement(list(reads.values()))

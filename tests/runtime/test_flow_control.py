@@ -4,6 +4,7 @@ slots that survive a takeover and leave with a continue-as-new. On both database
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -237,6 +238,33 @@ def test_the_sweep_reaches_every_group_however_many_have_queued_runs(settings: A
     admitted = [runtime.tick(LocalDispatcher()).admitted for _ in range(3)]
     assert sum(admitted) == 1 and run(queued["k2"].run_id).slot == "held", admitted
     assert [key for key in groups if run(queued[key].run_id).slot == "held"] == ["k2"]
+
+
+def test_runs_of_a_workflow_whose_limit_a_deploy_removed_go_on_as_any_run(monkeypatch: Any) -> None:
+    """Runs keep their key after the deploy: those still queued are let go by the sweep,
+    and a runnable one waiting for a slot (a continued run's successor) is claimed as any
+    run, instead of waiting for a slot no limit will ever give."""
+    from django_weft.engine.registry import registry
+
+    first = client.start("tests.flow.per_key", args=["c-1"], kwargs={"hold": False, "again": 1})
+    assert turn(first.run_id) == "continued"
+    successor = WorkflowRun.objects.filter(workflow_id=first.workflow_id).exclude(pk=first.run_id).get()
+    assert (successor.status, successor.slot, successor.concurrency_key) == ("running", "", "c-1")
+    holder = client.start("tests.flow.per_key", args=["c-2"])
+    assert run(holder.run_id).slot == "held"
+    queued = client.start("tests.flow.per_key", args=["c-2"], kwargs={"hold": False})
+    assert (run(queued.run_id).status, run(queued.run_id).slot) == ("pending", "queued")
+    # The deploy: the same workflow, without its limit.
+    unlimited = dataclasses.replace(registry.workflows["tests.flow.per_key"], concurrency=None)
+    monkeypatch.setitem(registry.workflows, "tests.flow.per_key", unlimited)
+    assert runtime.tick(LocalDispatcher()).admitted == 1
+    after = run(queued.run_id)
+    assert (after.status, after.slot, after.concurrency_key) == ("running", "", None)
+    assert turn(queued.run_id) == "completed"
+    assert turn(str(successor.pk)) == "completed"
+    assert run(str(successor.pk)).concurrency_key is None
+    # A run that holds its slot keeps it until it ends.
+    assert run(holder.run_id).slot == "held"
 
 
 def test_a_slot_stays_with_its_run_across_a_takeover() -> None:
