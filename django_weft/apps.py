@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
 
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
-from .engine.ports import set_payload_validator, set_starter
+from .engine.ports import set_coroutine_runner, set_payload_validator, set_starter
 
 
 def start_workflow(workflow_name: str, /, *, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -15,6 +16,23 @@ def start_workflow(workflow_name: str, /, *, args: list[Any], kwargs: dict[str, 
     from . import client  # loaded on first use, as before the port existed
 
     return client.start(workflow_name, args=args, kwargs=kwargs)
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """The engine's ``CoroutineRunner``: an async activity's coroutine on a new event loop
+    (asgiref's ``async_to_sync``, which runs it in a thread of its own) while this thread,
+    the one running the attempt, serves the coroutine's thread-sensitive calls. So Django's
+    async ORM (``await Model.objects.acreate(...)``, ``sync_to_async``) runs here, on this
+    thread's connection, which the worker checks and closes as it does a sync activity's,
+    not on asgiref's one thread shared by the whole process."""
+    from asgiref.sync import async_to_sync
+
+    async def awaited() -> Any:
+        return await coroutine
+
+    # A new loop even when this thread serves an outer one (sync code called from async
+    # code): the activity's tasks end with it.
+    return async_to_sync(awaited, force_new_loop=True)()
 
 
 class WeftConfig(AppConfig):
@@ -29,6 +47,7 @@ class WeftConfig(AppConfig):
 
         set_starter(start_workflow)
         set_payload_validator(validate_payload)
+        set_coroutine_runner(run_coroutine)
         if weft_settings.METRICS:
             from . import metrics
 

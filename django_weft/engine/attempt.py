@@ -24,6 +24,7 @@ from . import activity_overrides, codec, run_logging
 from .error_types import ErrorType
 from .errors import ActivityFailed, CancellationRequested, PayloadError
 from .flow import Hold, HoldKind, Rate, activity_flow_keys, reservation_stands
+from .ports import get_coroutine_runner
 from .records import (
     TERMINAL_STATUSES,
     CancelRequest,
@@ -165,17 +166,18 @@ def run_to_completion(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run an ``async def`` activity's coroutine to its end on an event loop of its own,
     and return its value (or raise its exception).
 
-    ``asyncio.run`` in this thread: the attempt runs in the thread executing it, as a
-    sync activity does, and its loop is new and closed with it, so a task the activity
-    left running is cancelled when the attempt ends instead of outliving it on another
-    loop. When this thread already runs a loop (sync code called from async code: an
-    async test, a runtime call made in an event loop), ``asyncio.run`` cannot start one
+    In this thread (no loop runs here): the installed coroutine runner
+    (:func:`~.ports.set_coroutine_runner`). The app's runs the loop in a thread of its
+    own while this thread serves Django's async ORM calls (``acreate``, ``sync_to_async``),
+    so they run here, on this thread's database connection, as a sync activity's queries
+    do; without the app, ``asyncio.run`` here. Either way the loop is new and closed with
+    the attempt, so a task the activity left running is cancelled when it ends instead of
+    outliving it. When this thread already runs a loop (sync code called from async
+    code: an async test, a runtime call made in an event loop), neither can start one
     here, so the coroutine runs on a new loop in a thread of its own, in a copy of this
-    context (``activity_info()`` included), while this thread waits for it. asgiref's
-    ``async_to_sync`` is not used: it refuses that case too, it would run the coroutine
-    on an outer loop when there is one, and the engine imports nothing Django brings."""
+    context (``activity_info()`` included), while this thread waits for it."""
     if not _loop_running():
-        return asyncio.run(coroutine)
+        return get_coroutine_runner()(coroutine)
     context = contextvars.copy_context()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-async-activity") as own_loop:
         return own_loop.submit(context.run, asyncio.run, coroutine).result()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+import asyncio
+from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -320,3 +321,28 @@ def set_payload_validator(validator: PayloadValidator | None) -> None:
 
 def get_payload_validator() -> PayloadValidator:
     return _payload_validator
+
+
+CoroutineRunner = Callable[[Coroutine[Any, Any, Any]], Any]
+"""Runs an ``async def`` activity's coroutine to its end in a thread that runs no event
+loop, and returns its value (or raises its exception)."""
+
+
+def _asyncio_run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Without the app (engine tests): a loop of its own in this thread."""
+    return asyncio.run(coroutine)
+
+
+_coroutine_runner: CoroutineRunner = _asyncio_run
+
+
+def set_coroutine_runner(runner: CoroutineRunner | None) -> None:
+    """Install the :data:`CoroutineRunner` of async activities (``None`` restores
+    ``asyncio.run``). The app installs one in ``ready()`` that keeps Django's async ORM
+    calls of the activity in the thread running the attempt."""
+    global _coroutine_runner
+    _coroutine_runner = runner if runner is not None else _asyncio_run
+
+
+def get_coroutine_runner() -> CoroutineRunner:
+    return _coroutine_runner

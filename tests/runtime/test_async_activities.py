@@ -5,6 +5,7 @@ fixture."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -73,6 +74,23 @@ def test_an_async_activity_writes_through_django_s_async_orm() -> None:
     assert drive(handle.run_id) == "completed"
     assert handle.result() == 1
     assert SideEffect.objects.filter(key="async-orm").count() == 1
+
+
+def test_an_async_activitys_orm_calls_run_in_the_thread_running_its_attempt() -> None:
+    """Not on asgiref's one thread shared by the process: on the attempt's own thread and
+    its connection, which the worker checks and closes as it does a sync activity's."""
+    handle = client.start("tests.async.orm_thread")
+    assert drive(handle.run_id) == "completed"
+    assert handle.result() == {"orm": threading.current_thread().name, "row": "orm-thread"}
+
+
+def test_an_async_activity_runs_when_its_turn_runs_in_asgirefs_sync_thread() -> None:
+    """A turn driven from async code (``await sync_to_async(...)``): its thread is
+    asgiref's one sync thread, where the activity's own sync_to_async calls also go."""
+    handle = client.start("tests.async.orm_thread")
+    outcome = asyncio.run(sync_to_async(drive)(handle.run_id))
+    assert outcome == "completed"
+    assert handle.result()["row"] == "orm-thread"
 
 
 def test_an_async_activity_heartbeats_both_ways() -> None:

@@ -6,6 +6,8 @@ import asyncio
 import threading
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from django_weft import RetryPolicy, activity, activity_info, workflow
 
 from .models import SideEffect
@@ -50,6 +52,14 @@ async def record(key: str) -> int:
     return await SideEffect.objects.filter(key=key).acount()
 
 
+@activity(name="tests.async.orm_thread", retry=NO_RETRY)
+async def orm_thread() -> dict[str, str]:
+    """Where Django's async ORM ran for this activity, and where its attempt did."""
+    created = await SideEffect.objects.acreate(key="orm-thread")
+    connection_thread = await sync_to_async(lambda: threading.current_thread().name)()
+    return {"orm": connection_thread, "row": str(created.key)}
+
+
 @activity(name="tests.async.heartbeats", retry=NO_RETRY)
 async def heartbeats(count: int) -> int:
     """Heartbeats ``count`` times, both ways."""
@@ -89,6 +99,11 @@ def flaky_workflow(ctx: Any, key: str, failures: int) -> int:
 @workflow(name="tests.async.record")
 def record_workflow(ctx: Any, key: str) -> int:
     return ctx.run(record, key)
+
+
+@workflow(name="tests.async.orm_thread")
+def orm_thread_workflow(ctx: Any) -> dict[str, str]:
+    return ctx.run(orm_thread)
 
 
 @workflow(name="tests.async.heartbeats")
