@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from django_weft.engine.attempt import ActivityInfo, CancelProbe, activity_info, call_activity
 from django_weft.engine.errors import ConfigurationError
 from django_weft.engine.executor import TurnOutcome
+from django_weft.engine.ports import get_coroutine_runner, set_coroutine_runner
 from django_weft.engine.registry import Activity, activity, registry, workflow
 from django_weft.engine.retry import RetryPolicy
 
@@ -24,6 +26,16 @@ async def _describe(value: Any) -> dict[str, Any]:
     await asyncio.sleep(0)
     info = activity_info()
     return {"value": value, "seq": info.seq, "thread": threading.current_thread().name}
+
+
+@pytest.fixture(autouse=True)
+def _the_engines_own_runner() -> Iterator[None]:
+    """The engine's coroutine runner (``asyncio.run`` in the calling thread), not the one
+    the app installs in ``ready()`` (tests/runtime/test_async_activities.py has that one)."""
+    previous = get_coroutine_runner()
+    set_coroutine_runner(None)
+    yield
+    set_coroutine_runner(previous)
 
 
 def test_an_async_activity_runs_to_its_end_in_the_calling_thread_and_sees_its_info() -> None:
