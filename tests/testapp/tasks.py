@@ -4,13 +4,46 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django_weft import RetryPolicy
+from django_weft.tasks import framework
 from django_weft.tasks.framework import TaskContext, task
 
 from .models import SideEffect
+
+TASK_TAKES_OPTIONS = any(
+    parameter.kind is inspect.Parameter.VAR_KEYWORD
+    for parameter in inspect.signature(task).parameters.values()
+)
+"""Whether the framework's ``@task`` passes options it does not know (``retry=``) on to
+the backend's task class: Django 6.1 and the backport do, Django 6.0 does not."""
+
+
+def retrying_task(policy: RetryPolicy, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``@task(retry=policy, **options)``; on Django 6.0, whose ``@task`` cannot pass the
+    policy on, the backend's task class (``WeftTask``) made as ``@task`` makes it, with it."""
+
+    def make(function: Callable[..., Any]) -> Any:
+        if TASK_TAKES_OPTIONS:
+            return task(retry=policy, **options)(function)
+        from django.tasks.base import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY  # Django 6.0
+
+        backend = options.get("backend", DEFAULT_TASK_BACKEND_ALIAS)
+        return framework.task_backends[backend].task_class(
+            func=function,
+            retry=policy,
+            priority=options.get("priority", DEFAULT_TASK_PRIORITY),
+            queue_name=options.get("queue_name", framework.DEFAULT_TASK_QUEUE_NAME),
+            backend=backend,
+            takes_context=options.get("takes_context", False),
+            run_after=None,
+        )
+
+    return make
 
 
 def _mark(key: str) -> int:
@@ -40,7 +73,7 @@ def always_fails(message: str) -> None:
     raise ValueError(message)
 
 
-@task(retry=RetryPolicy(max_attempts=3, initial_interval=0.01))
+@retrying_task(RetryPolicy(max_attempts=3, initial_interval=0.01))
 def fails_until(key: str, succeeds_on: int) -> int:
     """Fails until its ``succeeds_on``-th attempt; returns the attempt it succeeded on."""
     attempt = _mark(key)
@@ -65,7 +98,7 @@ def with_context(context: TaskContext, key: str) -> dict[str, Any]:
     return {"attempt": context.attempt, "id": seen.id, "status": str(seen.status)}
 
 
-@task(takes_context=True, retry=RetryPolicy(max_attempts=2, initial_interval=0.01))
+@retrying_task(RetryPolicy(max_attempts=2, initial_interval=0.01), takes_context=True)
 def context_on_retry(context: TaskContext, key: str) -> dict[str, Any]:
     """Fails its first attempt; the second sees ``attempt`` 2 and both workers."""
     attempt = _mark(key)
@@ -105,7 +138,7 @@ class WorkerCrash(BaseException):
     the run still owned and its attempt marked as started."""
 
 
-@task(takes_context=True, retry=RetryPolicy(max_attempts=2, initial_interval=0.01))
+@retrying_task(RetryPolicy(max_attempts=2, initial_interval=0.01), takes_context=True)
 def crashes(context: TaskContext, key: str, crashes: int, then_fails: int = 0) -> int:
     """Its first ``crashes`` attempts "kill the worker", the next ``then_fails`` raise;
     returns the attempt it succeeded on (by its context: lost attempts count)."""
@@ -126,7 +159,7 @@ def crashes_on_queue(context: TaskContext, key: str) -> int:
     return context.attempt
 
 
-@task(retry=RetryPolicy(max_attempts=3, initial_interval=60))
+@retrying_task(RetryPolicy(max_attempts=3, initial_interval=60))
 def slow_retry() -> None:
     """Always fails; its next attempt waits a minute (a durable timer)."""
     raise RuntimeError("fails, retried in a minute")
