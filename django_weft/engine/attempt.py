@@ -13,6 +13,7 @@ import contextvars
 import inspect
 import logging
 import traceback
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -255,6 +256,13 @@ class AttemptFlow:
         return cls(rate_key=rate_key, slot_key=slot_key, rate=rate)
 
 
+def new_slot_holder() -> str:
+    """A token naming one execution of an attempt that may hold a concurrency slot: only
+    that execution renews and gives back the slot it takes
+    (docs/explanation/flow-control.md, "Activity slots")."""
+    return uuid.uuid4().hex
+
+
 def admit_attempt(
     store: TurnStore,
     act: Activity[..., Any],
@@ -265,10 +273,12 @@ def admit_attempt(
     ttl: float,
     reserved: datetime | None,
     now: Callable[[], datetime],
+    holder: str,
 ) -> tuple[Hold | None, bool]:
     """Flow control's decision on an attempt about to start, inline or queued: ``(hold,
     holds_slot)``. ``hold`` is ``None`` when the attempt may start now; ``holds_slot``
-    says it took a concurrency slot, which its caller gives back when it ends, or at
+    says it took a concurrency slot, for the execution ``holder`` (a token of the
+    caller's, :func:`new_slot_holder`), which its caller gives back when it ends, or at
     once when it is held.
 
     A slot is taken first: none free, the attempt is queued for one (a freed slot is
@@ -278,7 +288,7 @@ def admit_attempt(
     limit = act.concurrency
     slot = False
     if limit is not None:
-        taken = store.take_activity_slot(act.name, flow.slot_key, limit.limit, run_id, seq, ttl)
+        taken = store.take_activity_slot(act.name, flow.slot_key, limit.limit, run_id, seq, ttl, holder)
         if not taken.held:
             until = now() + timedelta(seconds=ttl)
             return Hold(HoldKind.CONCURRENCY, act.name, until, key=flow.slot_key, limit=limit.limit,

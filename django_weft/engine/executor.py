@@ -93,8 +93,9 @@ class Engine:
         # claim, then each renewal that extended it. A claim made before its turn is
         # trusted only while its lease is known to be current (_still_held).
         self._held_at: dict[str, float] = {}
-        # Activity attempts (run id, seq) holding a concurrency slot in this process.
-        self._slots: dict[tuple[str, int], int] = {}
+        # Executions of activity attempts (run id, seq, holder) holding a concurrency slot
+        # in this process.
+        self._slots: set[tuple[str, int, str]] = set()
 
     # -- ownership bookkeeping ---------------------------------------------------------
 
@@ -111,20 +112,18 @@ class Engine:
             return run_id in self._lost or (epoch is not None and self._held.get(run_id) != epoch)
 
     @contextmanager
-    def holding_slot(self, run_id: str, seq: int) -> Iterator[None]:
-        """While the block runs, the activity attempt at ``(run_id, seq)`` holds a
-        concurrency slot: :meth:`renew_leases` renews it with the run leases."""
-        holder = (str(run_id), seq)
+    def holding_slot(self, run_id: str, seq: int, holder: str) -> Iterator[None]:
+        """While the block runs, the execution ``holder`` of the activity attempt at
+        ``(run_id, seq)`` holds a concurrency slot: :meth:`renew_leases` renews it with
+        the run leases, whether or not this engine still holds the run."""
+        execution = (str(run_id), seq, holder)
         with self._lock:
-            self._slots[holder] = self._slots.get(holder, 0) + 1
+            self._slots.add(execution)
         try:
             yield
         finally:
             with self._lock:
-                if self._slots[holder] == 1:
-                    del self._slots[holder]
-                else:
-                    self._slots[holder] -= 1
+                self._slots.discard(execution)
 
     def renew_leases(self) -> set[str]:
         """Extend the leases of every held run and the concurrency slots of the activity

@@ -12,7 +12,7 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .attempt import AttemptFlow, admit_attempt
+from .attempt import AttemptFlow, admit_attempt, new_slot_holder
 from .errors import CancellationRequested
 from .flow import Hold, HoldKind
 from .records import StepWrite, TimerKind, TimerWrite
@@ -55,32 +55,35 @@ class AttemptParking:
         # The database's clock, read now: the turn's own (the claim's, plus the time
         # since) can be behind by a wait for the claim's lock, and lateness is measured
         # to the millisecond.
+        holder = new_slot_holder()
         hold, slot = admit_attempt(
-            engine.store, act, flow, run_id, seq, ttl=ttl, reserved=reserved, now=engine.store.db_now
-        )
+            engine.store, act, flow, run_id, seq, ttl=ttl, reserved=reserved, now=engine.store.db_now,
+            holder=holder,
+        )  # fmt: skip
         try:
             if hold is not None:
                 if hold.kind == HoldKind.CONCURRENCY:  # queued for a slot: it keeps its place
                     self.park_held(act, seq, hold, [held(hold)], slot_key=flow.slot_key)
                 if slot:
                     slot = False
-                    self.release_slot(act, seq, flow.slot_key)
+                    self.release_slot(act, seq, flow.slot_key, holder)
                 self.park_held(act, seq, hold, [held(hold)])
-            with engine.holding_slot(run_id, seq) if slot else nullcontext():
+            with engine.holding_slot(run_id, seq, holder) if slot else nullcontext():
                 yield None
         finally:
             if slot:
-                self.release_slot(act, seq, flow.slot_key)
+                self.release_slot(act, seq, flow.slot_key, holder)
 
-    def release_slot(self, act: Activity[..., Any], seq: int, key: str) -> None:
-        """Give the attempt's slot (or its place in the queue) back and wake the attempts
-        it was handed on to. A failure is logged: the slot's lease frees it meanwhile."""
+    def release_slot(self, act: Activity[..., Any], seq: int, key: str, holder: str | None = None) -> None:
+        """Give back the slot the execution ``holder`` holds, or (``None``) the attempt's
+        place in the queue, and wake the attempts the free slots were handed on to. A
+        failure is logged: the slot's lease frees it meanwhile."""
         assert act.concurrency is not None
         ctx = self._ctx
         engine = ctx._engine
         try:
             woken = engine.store.release_activity_slot(
-                act.name, key, act.concurrency.limit, ctx._claimed.run_id, seq, ctx._config.lease_ttl
+                act.name, key, act.concurrency.limit, ctx._claimed.run_id, seq, ctx._config.lease_ttl, holder
             )
         except Exception:
             logger.warning("run %s: could not give back the concurrency slot of activity %s; its lease "

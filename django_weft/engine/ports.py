@@ -166,21 +166,25 @@ class TurnStore(Protocol):
         attempt may go now, else the moment it may go, which is its own from then on."""
 
     def take_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str
     ) -> SlotTaken:
-        """Take a slot of ``activity``'s concurrency limit for key ``key`` for the attempt at
-        ``(run_id, seq)``, held ``ttl`` seconds unless renewed: free, and no attempt
-        queued before it, or handed on to it. Otherwise queue it (keeping its place)."""
+        """Take a slot of ``activity``'s concurrency limit for key ``key`` for the execution
+        ``holder`` of the attempt at ``(run_id, seq)``, held ``ttl`` seconds unless renewed:
+        free, and no attempt queued before it, or handed on to it. Otherwise queue it
+        (keeping its place); while another execution of the same attempt holds the slot
+        at its position, it waits without a place."""
 
     def release_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str | None
     ) -> list[str]:
-        """Give back the slot (or the place in the queue) of the attempt at ``(run_id, seq)``
+        """Give back the slot the execution ``holder`` of the attempt at ``(run_id, seq)``
+        holds, or (``None``) the attempt's place in the queue or the slot handed on to it,
         and hand the free slots on to the attempts queued first; return the ids of the runs
         to wake (ring their doorbells)."""
 
-    def renew_activity_slots(self, holders: list[tuple[str, int]], ttl: float) -> None:
-        """Extend the slots of the attempts ``(run_id, seq)`` this process runs by ``ttl``."""
+    def renew_activity_slots(self, holders: list[tuple[str, int, str]], ttl: float) -> None:
+        """Extend the slots the executions ``(run_id, seq, holder)`` of this process hold
+        by ``ttl``."""
 
     def set_finalizer_state(
         self, run_id: str, owner: str, epoch: int, step: StepWrite, state_json: str

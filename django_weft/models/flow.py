@@ -41,7 +41,12 @@ class RateLimitBucket(models.Model):
 class ActivitySlot(models.Model):
     """An activity attempt counted by its activity's concurrency limit: holding a slot
     (``held``, until ``lease_expires_at`` unless its worker renews it), or queued for one
-    (``waiting``, first come first served). One row per attempt position of a run."""
+    (``waiting``, first come first served). One row per attempt position of a run.
+
+    ``holder`` names the execution of the attempt running on a held slot: only it renews
+    and gives back that slot, so an earlier execution that outlived its run's lease
+    cannot free or keep alive the slot of the one that replaced it. It is empty on a
+    waiting row and on a slot handed on and not yet taken up."""
 
     class State(models.TextChoices):
         HELD = "held", _("held")
@@ -56,6 +61,8 @@ class ActivitySlot(models.Model):
     )
     seq = models.IntegerField()
     state = models.CharField(max_length=8, choices=State.choices)
+    # With a database default: a row the previous version inserts takes it.
+    holder = models.CharField(max_length=32, blank=True, default="", db_default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
 

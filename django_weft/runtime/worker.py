@@ -13,7 +13,15 @@ from django.db import transaction
 
 from ..conf import weft_settings
 from ..engine import codec, faults, observe, run_logging
-from ..engine.attempt import ActivityInfo, Attempt, AttemptFlow, CancelProbe, admit_attempt, call_activity
+from ..engine.attempt import (
+    ActivityInfo,
+    Attempt,
+    AttemptFlow,
+    CancelProbe,
+    admit_attempt,
+    call_activity,
+    new_slot_holder,
+)
 from ..engine.error_types import ErrorType
 from ..engine.executor import TurnOutcome
 from ..engine.finalizers import retry_in as finalizer_retry_in
@@ -311,8 +319,9 @@ def dispatch_finalizer(run_id: str, attempt: int, dispatcher: Dispatcher | None 
 
 
 class _Slot:
-    """The concurrency slot a queued attempt holds (none without ``act``): renewed with
-    the process's leases while it runs, given back, and handed on, by :meth:`release`."""
+    """The concurrency slot a queued attempt's execution (``holder``) holds, or its
+    place in the queue (none without ``act``): the slot is renewed with the process's
+    leases while it runs; :meth:`release` gives either back, and hands free slots on."""
 
     def __init__(
         self, act: Activity[..., Any] | None = None, key: str = "", run_id: str = "", seq: int = 0
@@ -321,13 +330,15 @@ class _Slot:
         self.key = key
         self.run_id = run_id
         self.seq = seq
+        self.holder = new_slot_holder()
+        self.holds = False
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        if self.act is None:
+        if self.act is None or not self.holds:
             yield
             return
-        with get_engine().holding_slot(self.run_id, self.seq):
+        with get_engine().holding_slot(self.run_id, self.seq, self.holder):
             yield
 
     def release(self) -> None:
@@ -336,8 +347,9 @@ class _Slot:
             return
         try:
             woken = get_store().activity_flow.release_slot(
-                act.name, self.key, act.concurrency.limit, self.run_id, self.seq, weft_settings.LEASE_TTL
-            )
+                act.name, self.key, act.concurrency.limit, self.run_id, self.seq, weft_settings.LEASE_TTL,
+                self.holder if self.holds else None,
+            )  # fmt: skip
         except Exception:
             logger.warning(
                 "run %s: could not give back the concurrency slot of activity %s; its lease frees it",
@@ -365,17 +377,19 @@ def _admit(
     if flow.refusal is not None:
         return _Slot()  # recorded as a failed attempt, not retried
     store = get_store()
-    hold, holds_slot = admit_attempt(
-        store.turns, act, flow, run_id, seq, ttl=weft_settings.LEASE_TTL, reserved=reserved, now=store.db_now
-    )
     slot = _Slot(act, flow.slot_key, run_id, seq) if act.concurrency is not None else _Slot()
+    hold, slot.holds = admit_attempt(
+        store.turns, act, flow, run_id, seq, ttl=weft_settings.LEASE_TTL, reserved=reserved, now=store.db_now,
+        holder=slot.holder,
+    )  # fmt: skip
     if hold is None:
         return slot
-    if holds_slot:
+    if slot.holds:
         slot.release()  # an attempt waiting for its rate limit moment holds no slot
-    held = store.attempts.hold_activity(run_id, seq, attempt, hold)
+    held = store.attempts.hold_activity(run_id, seq, attempt, hold, holder=slot.holder)
     if held is False:
-        return slot  # a slot was handed on to it meanwhile: it runs
+        slot.holds = True  # a slot was handed on to it meanwhile, now its own: it runs
+        return slot
     if held is None and hold.kind == HoldKind.CONCURRENCY:
         slot.release()  # no longer current: it gives its place in the queue back
     elif held and hold.kind == HoldKind.RATE_LIMIT:

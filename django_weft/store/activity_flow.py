@@ -158,10 +158,17 @@ class ActivityFlow:
     def _slots(self) -> Any:
         return ActivitySlot.objects.using(self.sql.alias)
 
-    def take_slot(self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float) -> SlotTaken:
-        """Take a slot of the group ``(activity, key)`` for the attempt at ``(run_id, seq)``:
-        one handed on to it, or a free one when no attempt waits before it; else queue it
-        (or leave it queued, in its place). Slots whose lease ran out are free."""
+    def take_slot(
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str
+    ) -> SlotTaken:
+        """Take a slot of the group ``(activity, key)`` for the execution ``holder`` of the
+        attempt at ``(run_id, seq)``: one handed on to it, or a free one when no attempt
+        waits before it; else queue it (or leave it queued, in its place). Slots whose
+        lease ran out are free.
+
+        A slot at this position that another execution holds (an earlier one, still
+        running after its run was taken over) is not shared: this one waits, without a
+        place in the queue, and looks again when its hold is over."""
         run_pk = uuid.UUID(str(run_id))
         with self._group(activity, key) as now:
             until = now + timedelta(seconds=ttl)
@@ -171,7 +178,11 @@ class ActivityFlow:
                 self._slots().filter(pk=mine["pk"]).delete()  # another activity at this position (a reset)
                 mine = None
             if mine is not None and mine["state"] == HELD and mine["lease_expires_at"] > now:
-                self._slots().filter(pk=mine["pk"]).update(lease_expires_at=until)
+                if mine["holder"] not in ("", holder):
+                    logger.info("run %s: activity %s (position %s) waits for an earlier execution of it "
+                                "to give its concurrency slot back", run_id, activity, seq)  # fmt: skip
+                    return SlotTaken(held=False, in_use=in_use)
+                self._slots().filter(pk=mine["pk"]).update(holder=holder, lease_expires_at=until)
                 return SlotTaken(held=True, in_use=in_use)
             queued = mine is not None and mine["state"] == WAITING
             ahead = False
@@ -186,17 +197,19 @@ class ActivityFlow:
                 ahead = before.exists()
             if in_use < limit and not ahead:
                 if mine is not None:
-                    self._slots().filter(pk=mine["pk"]).update(state=HELD, lease_expires_at=until)
+                    self._slots().filter(pk=mine["pk"]).update(
+                        state=HELD, holder=holder, lease_expires_at=until
+                    )
                 else:
                     self._slots().create(
-                        activity=activity, key=key, run_id=run_pk, seq=seq, state=HELD,
+                        activity=activity, key=key, run_id=run_pk, seq=seq, state=HELD, holder=holder,
                         lease_expires_at=until, created_at=now,
                     )  # fmt: skip
                 return SlotTaken(held=True, in_use=in_use + 1)
             if not queued:
                 if mine is not None:  # a slot of its own whose lease ran out: it waits anew
                     self._slots().filter(pk=mine["pk"]).update(
-                        state=WAITING, lease_expires_at=None, created_at=now
+                        state=WAITING, holder="", lease_expires_at=None, created_at=now
                     )
                 else:
                     self._slots().create(
@@ -207,13 +220,15 @@ class ActivityFlow:
             return SlotTaken(held=False, in_use=in_use)
 
     def release_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str | None
     ) -> list[str]:
-        """The attempt at ``(run_id, seq)`` gives its slot (or its place in the queue)
-        back: the free slots go to the attempts queued first, whose runs are woken.
+        """The execution ``holder`` of the attempt at ``(run_id, seq)`` gives its slot
+        back, or (``holder=None``) the attempt gives up its place in the queue, or the
+        slot handed on to it and not yet taken up: the free slots go to the attempts
+        queued first, whose runs are woken. A slot another execution holds stays its own.
         Returns the ids of the woken runs, to ring their doorbells."""
         with self._group(activity, key) as now:
-            self._slots().filter(run_id=uuid.UUID(str(run_id)), seq=seq).delete()
+            self._slots().filter(run_id=uuid.UUID(str(run_id)), seq=seq, holder=holder or "").delete()
             handed = self._hand_on(activity, key, limit, ttl, now)
         return self._wake(handed)
 
@@ -229,8 +244,8 @@ class ActivityFlow:
                 f"SELECT (SELECT COUNT(*) FROM {_SLOT_TABLE} WHERE {group} AND state = %(held)s "
                 f"AND lease_expires_at > %(now)s), "
                 f"(SELECT COUNT(*) FROM {_SLOT_TABLE} WHERE {group} AND state = %(waiting)s), "
-                f"mine.id, mine.activity, mine.{quote('key')}, mine.state, mine.lease_expires_at, "
-                "mine.created_at "
+                f"mine.id, mine.activity, mine.{quote('key')}, mine.state, mine.holder, "
+                "mine.lease_expires_at, mine.created_at "
                 f"FROM (SELECT 1 AS one) AS one LEFT JOIN {_SLOT_TABLE} AS mine "
                 "ON mine.run_id = %(run)s AND mine.seq = %(seq)s",
                 {
@@ -241,9 +256,9 @@ class ActivityFlow:
             in_use, waiting, pk, *row = cursor.fetchone()
         mine = None
         if pk is not None:
-            found_activity, found_key, state, lease, created = row
+            found_activity, found_key, state, holder, lease, created = row
             mine = {
-                "pk": pk, "activity": found_activity, "key": found_key, "state": state,
+                "pk": pk, "activity": found_activity, "key": found_key, "state": state, "holder": holder,
                 "lease_expires_at": aware(lease) if lease is not None else None, "created_at": aware(created),
             }  # fmt: skip
         return int(in_use), int(waiting), mine
@@ -288,7 +303,7 @@ class ActivityFlow:
         )
         if chosen:
             self._slots().filter(pk__in=[pk for pk, _, _ in chosen]).update(
-                state=HELD, lease_expires_at=now + timedelta(seconds=ttl)
+                state=HELD, holder="", lease_expires_at=now + timedelta(seconds=ttl)
             )
         for _, run, seq in chosen:
             logger.info("run %s: activity %s (position %s) handed a concurrency slot", run, activity, seq)
@@ -357,16 +372,17 @@ class ActivityFlow:
                 woken += self._wake(handed)
         return woken
 
-    def renew_slots(self, holders: Iterable[tuple[str, int]], ttl: float) -> None:
-        """Extend the leases of the slots the attempts ``(run_id, seq)`` hold."""
+    def renew_slots(self, holders: Iterable[tuple[str, int, str]], ttl: float) -> None:
+        """Extend the leases of the slots the executions ``(run_id, seq, holder)`` hold."""
         condition = Q()
-        for run_id, seq in holders:
-            condition |= Q(run_id=uuid.UUID(str(run_id)), seq=seq)
+        for run_id, seq, holder in holders:
+            condition |= Q(run_id=uuid.UUID(str(run_id)), seq=seq, holder=holder)
         if not condition:
             return
         until = self.sql.db_now() + timedelta(seconds=ttl)
         self._slots().filter(condition, state=HELD).update(lease_expires_at=until)
 
     def slot_held(self, run_id: str, seq: int) -> bool:
-        """Whether the attempt at ``(run_id, seq)`` holds a slot (one handed on to it)."""
-        return self._slots().filter(run_id=uuid.UUID(str(run_id)), seq=seq, state=HELD).exists()
+        """Whether a slot was handed on to the attempt at ``(run_id, seq)`` and not yet
+        taken up by an execution of it."""
+        return self._slots().filter(run_id=uuid.UUID(str(run_id)), seq=seq, state=HELD, holder="").exists()

@@ -118,15 +118,15 @@ class ActivityAttempts:
             trace_context=run["trace_context"],
         )
 
-    def hold_activity(self, run_id: str, seq: int, attempt: int, hold: Hold) -> bool | None:
+    def hold_activity(self, run_id: str, seq: int, attempt: int, hold: Hold, *, holder: str) -> bool | None:
         """Flow control holds attempt ``attempt`` this worker started (before it ran): its
         step becomes ``delayed`` with the hold as its result, its lease timer gives way
         to a retry timer at ``hold.until`` (which wakes its run to send it again), and a
         waiting run's ``waiting_on`` says why under ``held``. Nothing counts it as failed.
 
         Returns ``True`` once held, ``False`` when a concurrency slot was handed on to
-        it meanwhile (run it), ``None`` when the attempt is no longer current (stale, or
-        its run ended): drop it."""
+        it meanwhile (run it: the slot is now the execution ``holder``'s), ``None`` when
+        the attempt is no longer current (stale, or its run ended): drop it."""
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.sql.alias):
             run = self._lock_active_run(key, "status", "waiting_on", suspended=True)
@@ -139,8 +139,8 @@ class ActivityAttempts:
                 return None
             if hold.kind == HoldKind.CONCURRENCY and (
                 ActivitySlot.objects.using(self.sql.alias)
-                .filter(run_id=key, seq=seq, state=ActivitySlot.State.HELD)
-                .exists()
+                .filter(run_id=key, seq=seq, state=ActivitySlot.State.HELD, holder="")
+                .update(holder=holder)
             ):
                 return False
             now = self.sql.db_now()

@@ -534,16 +534,16 @@ class RunTurns:
         return self.activity_flow.take_moment(name, key, rate)
 
     def take_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str
     ) -> SlotTaken:
-        return self.activity_flow.take_slot(activity, key, limit, run_id, seq, ttl)
+        return self.activity_flow.take_slot(activity, key, limit, run_id, seq, ttl, holder)
 
     def release_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str | None
     ) -> list[str]:
-        return self.activity_flow.release_slot(activity, key, limit, run_id, seq, ttl)
+        return self.activity_flow.release_slot(activity, key, limit, run_id, seq, ttl, holder)
 
-    def renew_activity_slots(self, holders: list[tuple[str, int]], ttl: float) -> None:
+    def renew_activity_slots(self, holders: list[tuple[str, int, str]], ttl: float) -> None:
         self.activity_flow.renew_slots(holders, ttl)
 
     def hand_on_slot(self, run_id: str, workflow_name: str) -> list[tuple[str, int]]:

@@ -42,7 +42,7 @@ class Waking:
             # (possibly while its turn was parking) is what it waits for.
             return (
                 ActivitySlot.objects.using(self.sql.alias)
-                .filter(run_id=key, seq=wait.slot_at, state=ActivitySlot.State.HELD)
+                .filter(run_id=key, seq=wait.slot_at, state=ActivitySlot.State.HELD, holder="")
                 .exists()
             )
         if not wait.step_seqs:

@@ -134,7 +134,7 @@ def test_at_most_ten_buckets_in_one_query(admin: Client) -> None:
 
 
 def take(activity: str, key: str, limit: int, run: str, seq: int = 1) -> bool:
-    return get_store().activity_flow.take_slot(activity, key, limit, run, seq, 60).held
+    return get_store().activity_flow.take_slot(activity, key, limit, run, seq, 60, "dashboard").held
 
 
 def test_the_busiest_activity_groups_held_of_the_limit_and_waiting(admin: Client) -> None:

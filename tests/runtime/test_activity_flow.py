@@ -308,6 +308,61 @@ def test_a_run_that_receives_a_cancellation_request_while_queued_for_a_slot_give
     assert ran("begin:K2") == [] and not ActivitySlot.objects.exists()
 
 
+def _overlaps(*labels: str) -> list[tuple[str, str]]:
+    """The executions of different labels that ran at the same time."""
+    spans = [(label, ran(f"begin:{label}"), ran(f"end:{label}")) for label in labels]
+    runs = [
+        (label, begin, end) for label, begins, ends in spans for begin, end in zip(begins, ends, strict=False)
+    ]
+    return [
+        (a, b)
+        for i, (a, a0, a1) in enumerate(runs)
+        for b, b0, b1 in runs[i + 1 :]
+        if a != b and a0 < b1 and b0 < a1
+    ]
+
+
+def test_an_attempt_still_running_after_its_run_was_taken_over_keeps_its_slot_to_itself() -> None:
+    first = client.start("tests.af.one", args=["slotted", "T1"], kwargs={"account": "t", "seconds": 1.0})
+    second = client.start("tests.af.one", args=["slotted", "T2"], kwargs={"account": "t"})
+    running = _in_thread(turn, first.run_id)
+    _wait_for("begin:T1")
+    # Its worker stalls: the run's lease runs out and another worker takes the run over,
+    # while the attempt still executes (and holds the slot) in the first one.
+    WorkflowRun.objects.filter(pk=first.run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert turn(first.run_id) == "parked"  # the new execution waits for the earlier one
+    assert step(first.run_id).status == "delayed"
+    assert turn(second.run_id) == "parked"  # and the limit still counts the earlier one
+    running.join(10)
+    # The earlier execution's slot went to the attempt queued first, not to nobody.
+    assert ActivitySlot.objects.get(run_id=second.run_id).state == "held"
+    assert turn(second.run_id) == "completed"
+    assert drive(first.run_id) == "completed"
+    assert len(ran("begin:T1")) == 2 and _overlaps("T1", "T2") == []
+
+
+def test_a_stalled_attempt_that_ends_late_does_not_free_the_slot_of_the_one_that_replaced_it() -> None:
+    first = client.start("tests.af.one", args=["slotted", "S1"], kwargs={"account": "s", "seconds": 1.0})
+    second = client.start("tests.af.one", args=["slotted", "S2"], kwargs={"account": "s"})
+    stalled = _in_thread(turn, first.run_id)
+    _wait_for("begin:S1")
+    # Its worker stalled long enough for the run's lease and the slot's to run out.
+    WorkflowRun.objects.filter(pk=first.run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    ActivitySlot.objects.filter(run_id=first.run_id).update(lease_expires_at=timezone.now())
+    replacing = _in_thread(turn, first.run_id)
+    deadline = time.monotonic() + 10
+    while len(ran("begin:S1")) < 2:
+        assert time.monotonic() < deadline, "the run was not taken over"
+        time.sleep(0.02)
+    stalled.join(10)  # the stalled execution ends and gives back what it held: nothing now
+    assert ActivitySlot.objects.filter(run_id=first.run_id, state="held").exists()
+    assert turn(second.run_id) == "parked"
+    replacing.join(10)
+    assert row(first.run_id).status == "completed"
+    assert drive(second.run_id) == "completed"
+    assert _overlaps("S1", "S2") == [] and not ActivitySlot.objects.exists()
+
+
 def test_a_queued_attempt_waits_for_a_slot_and_is_sent_again_when_one_frees() -> None:
     first = client.start("tests.af.one", args=["slotted_queued", "QA"], kwargs={"seconds": 1.0})
     second = client.start("tests.af.one", args=["slotted_queued", "QB"])
@@ -335,7 +390,9 @@ def test_a_queued_attempt_waits_for_a_slot_and_is_sent_again_when_one_frees() ->
 def test_the_slot_of_a_worker_that_died_comes_free_when_its_lease_runs_out() -> None:
     dead = client.start("tests.echo")
     # A worker took the slot and died: nobody releases it, nobody renews its lease.
-    assert DjangoStore().activity_flow.take_slot("tests.af.slotted", "acct", 1, dead.run_id, 0, 0.5).held
+    assert (
+        DjangoStore().activity_flow.take_slot("tests.af.slotted", "acct", 1, dead.run_id, 0, 0.5, "dead").held
+    )
     waiting = client.start("tests.af.one", args=["slotted", "W"], kwargs={"account": "acct"})
     assert turn(waiting.run_id) == "parked"
     assert tick(SweepOnlyDispatcher()).handed_on == 0  # the lease still runs

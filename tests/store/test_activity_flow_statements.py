@@ -127,18 +127,18 @@ def test_idle_buckets_are_forgotten_and_the_next_attempt_goes_as_it_would_have(
 def test_slots_are_taken_queued_in_order_handed_on_and_freed_by_their_lease() -> None:
     runs = [client.start("tests.echo").run_id for _ in range(4)]
     flow = DjangoStore().activity_flow
-    assert flow.take_slot("act", "k", 2, runs[0], 1, 30).held
-    assert flow.take_slot("act", "k", 2, runs[1], 1, 30).held
-    third = flow.take_slot("act", "k", 2, runs[2], 1, 30)
+    assert flow.take_slot("act", "k", 2, runs[0], 1, 30, "h0").held
+    assert flow.take_slot("act", "k", 2, runs[1], 1, 30, "h1").held
+    third = flow.take_slot("act", "k", 2, runs[2], 1, 30, "h2")
     assert (third.held, third.in_use) == (False, 2)
-    assert not flow.take_slot("act", "k", 2, runs[3], 1, 30).held
+    assert not flow.take_slot("act", "k", 2, runs[3], 1, 30, "h3").held
     # Asking again keeps its place in the queue; another key has its own slots.
-    assert not flow.take_slot("act", "k", 2, runs[2], 1, 30).held
-    assert flow.take_slot("act", "other", 2, runs[3], 2, 30).held
+    assert not flow.take_slot("act", "k", 2, runs[2], 1, 30, "h2").held
+    assert flow.take_slot("act", "other", 2, runs[3], 2, 30, "o3").held
     # A release hands the slot to the attempt queued first.
-    flow.release_slot("act", "k", 2, runs[0], 1, 30)
+    flow.release_slot("act", "k", 2, runs[0], 1, 30, "h0")
     assert flow.slot_held(runs[2], 1) and not flow.slot_held(runs[3], 1)
-    assert flow.take_slot("act", "k", 2, runs[2], 1, 30).held
+    assert flow.take_slot("act", "k", 2, runs[2], 1, 30, "h2").held
     # A slot whose lease ran out (its worker died) is free, and the sweep hands it on.
     ActivitySlot.objects.filter(run_id=runs[1], seq=1).update(lease_expires_at=datetime.now(UTC))
     assert flow.hand_on_waiting({"act": Concurrency(limit=2)}, 30, 10) == []  # the runs are not waiting on it
@@ -150,9 +150,9 @@ def test_slots_are_taken_queued_in_order_handed_on_and_freed_by_their_lease() ->
 def test_a_running_attempts_slot_is_renewed_with_its_workers_leases() -> None:
     run_id = client.start("tests.echo").run_id
     flow = DjangoStore().activity_flow
-    assert flow.take_slot("act", "", 1, run_id, 0, 0.5).held
+    assert flow.take_slot("act", "", 1, run_id, 0, 0.5, "mine").held
     engine = make_engine()
-    with engine.holding_slot(run_id, 0):
+    with engine.holding_slot(run_id, 0, "mine"):
         before = ActivitySlot.objects.get(run_id=run_id).lease_expires_at
         time.sleep(0.05)
         engine.renew_leases()
@@ -161,3 +161,32 @@ def test_a_running_attempts_slot_is_renewed_with_its_workers_leases() -> None:
     time.sleep(0.05)
     engine.renew_leases()  # no longer held here: not renewed
     assert ActivitySlot.objects.get(run_id=run_id).lease_expires_at == after
+
+
+def test_a_slot_is_renewed_and_given_back_only_by_the_execution_holding_it() -> None:
+    runs = [client.start("tests.echo").run_id for _ in range(2)]
+    flow = DjangoStore().activity_flow
+    assert flow.take_slot("act", "", 1, runs[0], 0, 30, "earlier").held
+    # Another execution of the same attempt (its run was taken over) does not share the
+    # slot the earlier one still holds: it waits, without a place of its own.
+    again = flow.take_slot("act", "", 1, runs[0], 0, 30, "later")
+    assert (again.held, again.in_use) == (False, 1)
+    assert ActivitySlot.objects.get(run_id=runs[0]).holder == "earlier"
+    # The earlier execution's lease ran out (its worker stalled): the later one takes it.
+    ActivitySlot.objects.filter(run_id=runs[0]).update(lease_expires_at=datetime.now(UTC))
+    assert flow.take_slot("act", "", 1, runs[0], 0, 30, "later").held
+    taken = ActivitySlot.objects.get(run_id=runs[0])
+    # The earlier execution ends late: its renewal and its release leave the slot alone.
+    flow.renew_slots([(runs[0], 0, "earlier")], 300)
+    assert flow.release_slot("act", "", 1, runs[0], 0, 30, "earlier") == []
+    assert ActivitySlot.objects.get(run_id=runs[0]).lease_expires_at == taken.lease_expires_at
+    assert not flow.take_slot("act", "", 1, runs[1], 0, 30, "other").held  # still one in use
+    # Giving up a place in the queue leaves a held slot alone; its holder's release frees it.
+    flow.release_slot("act", "", 1, runs[0], 0, 30, None)
+    assert ActivitySlot.objects.get(run_id=runs[0]).holder == "later"
+    flow.release_slot("act", "", 1, runs[0], 0, 30, "later")
+    # Handed on to the attempt queued: any execution of it takes it up, once.
+    handed = ActivitySlot.objects.get(run_id=runs[1])
+    assert (handed.state, handed.holder) == ("held", "")
+    assert flow.take_slot("act", "", 1, runs[1], 0, 30, "runs-it").held
+    assert not flow.take_slot("act", "", 1, runs[1], 0, 30, "another").held

@@ -411,8 +411,8 @@ class _RolledBack(Exception):
 
 def _writes_as(apps: Apps) -> bool:
     """Whether the models of ``apps`` (the code of that schema) can start a run, record its
-    step and timer, and store a signal and an update in the database as it is now; every
-    row is rolled back."""
+    step and timer, store a signal and an update, and take an activity slot (once there
+    are slots) in the database as it is now; every row is rolled back."""
     model = lambda name: apps.get_model("django_weft", name)  # noqa: E731
     now = timezone.now()
     try:
@@ -426,6 +426,10 @@ def _writes_as(apps: Apps) -> bool:
             model("Timer").objects.create(run=run, seq=1, kind="sleep", fire_at=now)
             model("Signal").objects.create(run=run, name="s", payload=1)
             model("Update").objects.create(run=run, update_id="u", name="u", payload=1)
+            if "activityslot" in apps.all_models["django_weft"]:
+                model("ActivitySlot").objects.create(
+                    activity="a", run=run, seq=0, state="held", lease_expires_at=now, created_at=now
+                )
             raise _RolledBack
     except _RolledBack:
         return True

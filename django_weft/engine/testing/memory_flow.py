@@ -22,8 +22,10 @@ class MemoryFlowControl:
     _lock: threading.RLock
     buckets: dict[tuple[str, str], int]
     """Each rate limit's theoretical arrival time (µs), by (name, key)."""
-    slots: dict[tuple[str, str], tuple[set[tuple[str, int]], list[tuple[str, int]]]]
-    """Activity concurrency slots by (activity, key): the holders, and the queue."""
+    slots: dict[tuple[str, str], tuple[dict[tuple[str, int], str], list[tuple[str, int]]]]
+    """Activity concurrency slots by (activity, key): the attempt positions holding one
+    (with the execution holding it, empty when handed on and not yet taken up), and the
+    queue."""
 
     def hand_on_slot(self, run_id: str, workflow_name: str) -> list[tuple[str, int]]:
         """Nothing to hand on: this store keeps no concurrency slots (flow control is
@@ -37,46 +39,52 @@ class MemoryFlowControl:
             return None if moment <= now else from_micros(moment)
 
     def take_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str
     ) -> SlotTaken:
         """The Django store's rule without leases (nothing crashes here): a slot handed on,
-        or a free one when no attempt waits before it; else a place in the queue."""
+        or a free one when no attempt waits before it; else a place in the queue. A slot
+        another execution of the attempt holds is not shared."""
         with self._lock:
-            held, waiting = self.slots.setdefault((activity, key), (set(), []))
-            holder = (run_id, seq)
-            if holder in held:
+            held, waiting = self.slots.setdefault((activity, key), ({}, []))
+            position = (run_id, seq)
+            if position in held:
+                if held[position] not in ("", holder):
+                    return SlotTaken(held=False, in_use=len(held))
+                held[position] = holder
                 return SlotTaken(held=True, in_use=len(held))
-            ahead = waiting[: waiting.index(holder)] if holder in waiting else waiting
+            ahead = waiting[: waiting.index(position)] if position in waiting else waiting
             if len(held) < limit and not ahead:
-                if holder in waiting:
-                    waiting.remove(holder)
-                held.add(holder)
+                if position in waiting:
+                    waiting.remove(position)
+                held[position] = holder
                 return SlotTaken(held=True, in_use=len(held))
-            if holder not in waiting:
-                waiting.append(holder)
+            if position not in waiting:
+                waiting.append(position)
             return SlotTaken(held=False, in_use=len(held))
 
     def release_activity_slot(
-        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float
+        self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str | None
     ) -> list[str]:
         with self._lock:
-            held, waiting = self.slots.setdefault((activity, key), (set(), []))
-            held.discard((run_id, seq))
-            if (run_id, seq) in waiting:
-                waiting.remove((run_id, seq))
+            held, waiting = self.slots.setdefault((activity, key), ({}, []))
+            position = (run_id, seq)
+            if position in held and held[position] == (holder or ""):
+                del held[position]
+            if holder is None and position in waiting:
+                waiting.remove(position)
             woken = []
             while len(held) < limit and waiting:
-                holder = waiting.pop(0)
-                held.add(holder)
-                run, step = self.runs[holder[0]], self.runs[holder[0]].steps.get(holder[1])
+                handed = waiting.pop(0)
+                held[handed] = ""
+                run, step = self.runs[handed[0]], self.runs[handed[0]].steps.get(handed[1])
                 if step is None or step.status != StepStatus.DELAYED:
                     continue
                 result = {**codec.loads(step.result_json or "{}"), "until": self.now.isoformat()}
-                run.steps[holder[1]] = replace(step, result_json=codec.dumps(result))
-                run.timers[(holder[1], TimerKind.RETRY)] = TimerWrite(holder[1], TimerKind.RETRY, self.now)
+                run.steps[handed[1]] = replace(step, result_json=codec.dumps(result))
+                run.timers[(handed[1], TimerKind.RETRY)] = TimerWrite(handed[1], TimerKind.RETRY, self.now)
                 if run.status == RunStatus.WAITING:
                     woken.append(run.run_id)
             return woken
 
-    def renew_activity_slots(self, holders: list[tuple[str, int]], ttl: float) -> None:
+    def renew_activity_slots(self, holders: list[tuple[str, int, str]], ttl: float) -> None:
         """Nothing to renew: slots here have no lease."""

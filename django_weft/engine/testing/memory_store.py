@@ -56,7 +56,7 @@ class MemoryStore(MemoryFlowControl):
         self.runs: dict[str, MemoryRun] = {}
         self.messages: list[MemoryMessage] = []
         self.buckets: dict[tuple[str, str], int] = {}
-        self.slots: dict[tuple[str, str], tuple[set[tuple[str, int]], list[tuple[str, int]]]] = {}
+        self.slots: dict[tuple[str, str], tuple[dict[tuple[str, int], str], list[tuple[str, int]]]] = {}
         self._pks = itertools.count(1)
         self._lock = threading.RLock()
 
@@ -540,7 +540,7 @@ class MemoryStore(MemoryFlowControl):
                 return True
         if waiting_on.get("kind") == HoldKind.CONCURRENCY:
             holder = (run.run_id, int(waiting_on["seq"]))
-            return any(holder in held for held, _ in self.slots.values())
+            return any(held.get(holder) == "" for held, _ in self.slots.values())
         seqs = list(waiting_on.get("seqs") or []) if waiting_on.get("kind") == "activities" else []
         background = list(waiting_on.get("background") or [])
         status_of = {seq: self._work_status(run, seq) for seq in seqs + background}
