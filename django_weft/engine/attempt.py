@@ -294,18 +294,38 @@ def admit_attempt(
             return Hold(HoldKind.CONCURRENCY, act.name, until, key=flow.slot_key, limit=limit.limit,
                         in_use=taken.in_use, reserved=reserved), False  # fmt: skip
         slot = True
+    try:
+        return _admit_rate(store, act, flow, run_id, seq, reserved=reserved, now=now), slot
+    except BaseException:
+        if slot:  # a slot held by nobody would keep its next execution waiting for its lease
+            assert limit is not None
+            store.release_activity_slot(act.name, flow.slot_key, limit.limit, run_id, seq, ttl, holder)
+        raise
+
+
+def _admit_rate(
+    store: TurnStore,
+    act: Activity[..., Any],
+    flow: AttemptFlow,
+    run_id: str,
+    seq: int,
+    *,
+    reserved: datetime | None,
+    now: Callable[[], datetime],
+) -> Hold | None:
+    """The rate limit's part of :func:`admit_attempt`."""
     if act.rate_limit is None or flow.rate is None:
-        return None, slot
+        return None
     if reserved is not None:
         if reservation_stands(reserved, now(), flow.rate):
-            return None, slot
+            return None
         logger.info("run %s: activity %s (position %s) came too late for its rate limit moment %s; it takes "
                     "a new one", run_id, act.name, seq, reserved.isoformat())  # fmt: skip
     moment = store.take_rate_limit(act.rate_limit.name, flow.rate_key, flow.rate)
     if moment is None:
-        return None, slot
+        return None
     return Hold(HoldKind.RATE_LIMIT, act.name, moment, key=flow.rate_key, name=act.rate_limit.name,
-                reserved=moment), slot  # fmt: skip
+                reserved=moment)  # fmt: skip
 
 
 def call_activity(

@@ -35,7 +35,7 @@ from ..engine.registry import Activity, registry
 from ..engine.run_logging import get_logger
 from ..models import WorkflowRun
 from ..store import DjangoStore
-from ..store.attempts import StartedAttempt
+from ..store.attempts import Held, StartedAttempt
 from .dispatch import delivers, get_dispatcher, ring_turn
 from .heartbeat import ensure_heartbeat, running_attempt
 from .process import get_engine, get_store
@@ -387,12 +387,12 @@ def _admit(
     if slot.holds:
         slot.release()  # an attempt waiting for its rate limit moment holds no slot
     held = store.attempts.hold_activity(run_id, seq, attempt, hold, holder=slot.holder)
-    if held is False:
+    if held is Held.RUN:
         slot.holds = True  # a slot was handed on to it meanwhile, now its own: it runs
         return slot
-    if held is None and hold.kind == HoldKind.CONCURRENCY:
-        slot.release()  # no longer current: it gives its place in the queue back
-    elif held and hold.kind == HoldKind.RATE_LIMIT:
+    if held is Held.GONE and hold.kind == HoldKind.CONCURRENCY:
+        slot.release()  # its run or position is done with: it gives its place in the queue back
+    elif held is Held.HELD and hold.kind == HoldKind.RATE_LIMIT:
         # Its run sends it again at that moment; the sweep rings too if this is lost.
         ring_turns([run_id], eta=hold.until)
     return None

@@ -182,8 +182,10 @@ class ActivityFlow:
                     logger.info("run %s: activity %s (position %s) waits for an earlier execution of it "
                                 "to give its concurrency slot back", run_id, activity, seq)  # fmt: skip
                     return SlotTaken(held=False, in_use=in_use)
-                self._slots().filter(pk=mine["pk"]).update(holder=holder, lease_expires_at=until)
-                return SlotTaken(held=True, in_use=in_use)
+                # Unless a worker holding a queued attempt took the slot up meanwhile (without
+                # this lock: :meth:`~.attempts.ActivityAttempts.hold_activity`).
+                taken = self._as_read(mine).update(holder=holder, lease_expires_at=until)
+                return SlotTaken(held=bool(taken), in_use=in_use)
             queued = mine is not None and mine["state"] == WAITING
             ahead = False
             if waiting > (1 if queued else 0):  # others wait: is one of them before it?
@@ -197,9 +199,8 @@ class ActivityFlow:
                 ahead = before.exists()
             if in_use < limit and not ahead:
                 if mine is not None:
-                    self._slots().filter(pk=mine["pk"]).update(
-                        state=HELD, holder=holder, lease_expires_at=until
-                    )
+                    if not self._as_read(mine).update(state=HELD, holder=holder, lease_expires_at=until):
+                        return SlotTaken(held=False, in_use=in_use)
                 else:
                     self._slots().create(
                         activity=activity, key=key, run_id=run_pk, seq=seq, state=HELD, holder=holder,
@@ -208,7 +209,7 @@ class ActivityFlow:
                 return SlotTaken(held=True, in_use=in_use + 1)
             if not queued:
                 if mine is not None:  # a slot of its own whose lease ran out: it waits anew
-                    self._slots().filter(pk=mine["pk"]).update(
+                    self._as_read(mine).update(
                         state=WAITING, holder="", lease_expires_at=None, created_at=now
                     )
                 else:
@@ -218,6 +219,10 @@ class ActivityFlow:
                 logger.info("run %s: activity %s (position %s) queued for a concurrency slot "
                             "(%s of %s in use)", run_id, activity, seq, in_use, limit)  # fmt: skip
             return SlotTaken(held=False, in_use=in_use)
+
+    def _as_read(self, mine: dict[str, Any]) -> Any:
+        """The attempt's row, if its holder is still the one read."""
+        return self._slots().filter(pk=mine["pk"], holder=mine["holder"])
 
     def release_slot(
         self, activity: str, key: str, limit: int, run_id: str, seq: int, ttl: float, holder: str | None

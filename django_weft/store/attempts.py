@@ -3,6 +3,7 @@ worker gets the message, fenced by (run, seq, attempt); their timers are their l
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from ..engine.finalizers import FinalizerStatus
 from ..engine.flow import Hold, HoldKind, reserved_moment
 from ..engine.records import (
     FINALIZER_SEQ,
+    PENDING_STEP_STATUSES,
     CancelRequest,
     RunStatus,
     StepStatus,
@@ -27,6 +29,21 @@ from ..engine.records import (
 from ..models import ActivitySlot, Step, Timer
 from .sql import StoreSql
 from .waking import Waking
+
+
+class Held(enum.Enum):
+    """What became of a started queued attempt that flow control holds
+    (:meth:`ActivityAttempts.hold_activity`)."""
+
+    HELD = "held"
+    """Its step is ``delayed``: its run sends it again when the hold is over."""
+    RUN = "run"
+    """A concurrency slot was handed on to it meanwhile, now its execution's own: run it."""
+    STALE = "stale"
+    """A newer attempt at its position is under way: drop it, and leave its place in the
+    queue to that attempt."""
+    GONE = "gone"
+    """Its run ended, or its position is done with: drop it, and give its place up."""
 
 
 @dataclass(frozen=True)
@@ -118,32 +135,32 @@ class ActivityAttempts:
             trace_context=run["trace_context"],
         )
 
-    def hold_activity(self, run_id: str, seq: int, attempt: int, hold: Hold, *, holder: str) -> bool | None:
+    def hold_activity(self, run_id: str, seq: int, attempt: int, hold: Hold, *, holder: str) -> Held:
         """Flow control holds attempt ``attempt`` this worker started (before it ran): its
         step becomes ``delayed`` with the hold as its result, its lease timer gives way
         to a retry timer at ``hold.until`` (which wakes its run to send it again), and a
         waiting run's ``waiting_on`` says why under ``held``. Nothing counts it as failed.
 
-        Returns ``True`` once held, ``False`` when a concurrency slot was handed on to
-        it meanwhile (run it: the slot is now the execution ``holder``'s), ``None`` when
-        the attempt is no longer current (stale, or its run ended): drop it."""
+        A slot handed on to it is taken up by the execution ``holder`` only while its
+        lease runs: one whose lease ran out may be another attempt's by now."""
         key = uuid.UUID(str(run_id))
         with transaction.atomic(using=self.sql.alias):
             run = self._lock_active_run(key, "status", "waiting_on", suspended=True)
             if run is None:
-                return None
-            steps = Step.objects.using(self.sql.alias).filter(
-                run_id=key, seq=seq, attempt=attempt, status=StepStatus.STARTED
-            )
+                return Held.GONE
+            position = Step.objects.using(self.sql.alias).filter(run_id=key, seq=seq)
+            steps = position.filter(attempt=attempt, status=StepStatus.STARTED)
             if not steps.exists():
-                return None
+                pending = position.filter(status__in=list(PENDING_STEP_STATUSES)).exists()
+                return Held.STALE if pending else Held.GONE
+            now = self.sql.db_now()
             if hold.kind == HoldKind.CONCURRENCY and (
                 ActivitySlot.objects.using(self.sql.alias)
                 .filter(run_id=key, seq=seq, state=ActivitySlot.State.HELD, holder="")
+                .filter(lease_expires_at__gt=now)
                 .update(holder=holder)
             ):
-                return False
-            now = self.sql.db_now()
+                return Held.RUN
             steps.update(status=StepStatus.DELAYED, result=hold.as_result(), error=None, updated_at=now)
             timers = Timer.objects.using(self.sql.alias)
             timers.filter(run_id=key, seq=seq, kind=TimerKind.ACTIVITY).delete()
@@ -154,7 +171,7 @@ class ActivityAttempts:
             if run["status"] == RunStatus.WAITING and isinstance(waiting_on, dict):
                 held = {**(waiting_on.get("held") or {}), str(seq): hold.text}
                 self.sql.runs().filter(pk=key).update(waiting_on={**waiting_on, "held": held})
-        return True
+        return Held.HELD
 
     def finish_activity(
         self,

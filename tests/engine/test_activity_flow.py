@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from django_weft import Concurrency, ConfigurationError, InvalidInput, RateLimit, RetryPolicy
+from django_weft.engine.attempt import AttemptFlow, admit_attempt
 from django_weft.engine.executor import EngineConfig
 from django_weft.engine.flow import (
     RATE_LIMIT_BURST,
@@ -344,3 +345,22 @@ def test_a_delay_does_not_use_up_an_attempt_and_each_attempt_takes_a_moment() ->
     (step,) = store.history(run)
     assert (step.status, step.attempt, step.result) == ("completed", 3, "x")
     assert [failed["error"]["message"] for failed in step.failed_attempts] == ["first", "second"]
+
+
+def test_a_slot_taken_before_the_rate_limit_failed_is_given_back() -> None:
+    act = Activity(
+        fn=str, name="both", rate_limit=RateLimit("both", limit=2, per="1s"), concurrency=Concurrency(limit=1)
+    )
+    _, store, _, _ = _engine(act)
+    run = store.start("flow", "a")
+    flow = AttemptFlow.of(act, ["a"], {}, {})
+    assert flow is not None
+
+    def broken(*args: Any) -> None:
+        raise ConnectionError("the database went away")
+
+    store.take_rate_limit = broken  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        admit_attempt(store, act, flow, run, 0, ttl=30, reserved=None, now=lambda: store.now, holder="h")
+    # No slot is left held by an execution that never ran: the next one takes it at once.
+    assert store.slots[("both", "")] == ({}, [])

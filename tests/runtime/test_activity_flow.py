@@ -17,9 +17,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_weft import client
+from django_weft.engine.attempt import AttemptFlow
 from django_weft.engine.flow import Rate
+from django_weft.engine.registry import registry
 from django_weft.models import ActivitySlot, RateLimitBucket, Step, Timer, WorkflowRun
-from django_weft.runtime import ActivityOutcome, export_history, run_activity, tick
+from django_weft.runtime import ActivityOutcome, export_history, run_activity, tick, worker
 from django_weft.runtime.dispatch import LocalDispatcher, SweepOnlyDispatcher
 from django_weft.store import DjangoStore
 from django_weft.testing import drive, make_engine
@@ -385,6 +387,26 @@ def test_a_queued_attempt_waits_for_a_slot_and_is_sent_again_when_one_frees() ->
     assert drive(second.run_id) == "completed" and drive(first.run_id) == "completed"
     assert ran("end:QA")[0] < ran("begin:QB")[0]
     assert not ActivitySlot.objects.exists()
+
+
+def test_a_stale_execution_of_a_queued_attempt_leaves_the_current_attempts_place_alone() -> None:
+    first = client.start("tests.af.one", args=["slotted_queued", "QS1"], kwargs={"seconds": 1.0})
+    second = client.start("tests.af.one", args=["slotted_queued", "QS2"])
+    assert turn(first.run_id) == "parked" and turn(second.run_id) == "parked"
+    running = _in_thread(run_activity, first.run_id, 0, 1)
+    _wait_for("begin:QS1")
+    assert run_activity(second.run_id, 0, 1) == ActivityOutcome.DELAYED
+    place = ActivitySlot.objects.get(run_id=second.run_id)
+    # An execution of an attempt that is no longer the one its position waits on (lost
+    # and sent again meanwhile; here, the one just held) comes through flow control late.
+    act = registry.activities["tests.af.slotted_queued"]
+    flow = AttemptFlow.of(act, ["QS2"], {}, {})
+    assert flow is not None
+    Step.objects.filter(run_id=second.run_id, seq=0).update(attempt=2)
+    assert worker._admit(act, flow, second.run_id, 0, 1, reserved=None) is None
+    assert ActivitySlot.objects.get(run_id=second.run_id) == place  # the queue keeps its place
+    running.join(10)
+    assert ActivitySlot.objects.get(run_id=second.run_id).state == "held"
 
 
 def test_the_slot_of_a_worker_that_died_comes_free_when_its_lease_runs_out() -> None:

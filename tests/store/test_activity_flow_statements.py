@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connections
@@ -19,6 +20,7 @@ from django_weft.engine import clock
 from django_weft.engine.flow import Rate, gcra_take, to_micros
 from django_weft.models import ActivitySlot, RateLimitBucket
 from django_weft.store import DjangoStore
+from django_weft.store.activity_flow import ActivityFlow
 from django_weft.testing import make_engine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -190,3 +192,36 @@ def test_a_slot_is_renewed_and_given_back_only_by_the_execution_holding_it() -> 
     assert (handed.state, handed.holder) == ("held", "")
     assert flow.take_slot("act", "", 1, runs[1], 0, 30, "runs-it").held
     assert not flow.take_slot("act", "", 1, runs[1], 0, 30, "another").held
+
+
+# SQLite's slot decisions hold the write lock, so no worker can write in between there.
+@pytest.mark.postgres
+def test_a_handed_slot_taken_up_by_a_worker_meanwhile_is_not_taken_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first, queued, last = (client.start("tests.echo").run_id for _ in range(3))
+    flow = DjangoStore().activity_flow
+    assert flow.take_slot("act", "", 1, first, 0, 30, "first").held
+    assert not flow.take_slot("act", "", 1, queued, 5, 30, "queued").held
+    flow.release_slot("act", "", 1, first, 0, 30, "first")  # handed to (queued, 5)
+    look = ActivityFlow._look
+
+    def worker_takes_it_up_meanwhile(self: ActivityFlow, *args: Any) -> Any:
+        found = look(self, *args)
+        # A worker holding the queued attempt takes the handed slot up, without the
+        # group's lock (ActivityAttempts.hold_activity), between this read and its write.
+        taken = threading.Thread(
+            target=lambda: [
+                ActivitySlot.objects.filter(run_id=queued, holder="").update(holder="worker"),
+                connections.close_all(),
+            ]
+        )
+        taken.start()
+        taken.join()
+        return found
+
+    monkeypatch.setattr(ActivityFlow, "_look", worker_takes_it_up_meanwhile)
+    assert not flow.take_slot("act", "", 1, queued, 5, 30, "another").held
+    monkeypatch.setattr(ActivityFlow, "_look", look)
+    assert ActivitySlot.objects.get(run_id=queued).holder == "worker"
+    assert not flow.take_slot("act", "", 1, last, 0, 30, "last").held  # the limit counts it once
