@@ -34,25 +34,25 @@ def window_peak(moments: list[datetime], seconds: float) -> int:
 
 
 def test_a_rate_limit_shared_by_three_workers_paces_all_their_attempts(start_worker) -> None:  # type: ignore[no-untyped-def]
-    # tests.twenty: 20 per second; 200 runs of one inline activity each, started at once.
+    # tests.twenty: 20 per second; 120 runs of one inline activity each, started at once.
     workers = [start_worker(threads=4) for _ in range(3)]
     for worker in workers:  # all three take part from the first start
         wait_for(lambda worker=worker: "started:" in worker.log, 60, "a worker to start")
-    handles = [client.start("tests.af.twenty_per_second", args=[f"r{i}"]) for i in range(200)]
-    wait_for(lambda: finished("tests.af.twenty_per_second") == 200, 60, "the 200 runs to complete")
+    handles = [client.start("tests.af.twenty_per_second", args=[f"r{i}"]) for i in range(120)]
+    wait_for(lambda: finished("tests.af.twenty_per_second") == 120, 60, "the 120 runs to complete")
     attempts = list(SideEffect.objects.filter(key__startswith="twenty:").values_list("key", "created_at"))
-    assert len(attempts) == 200  # each attempt ran once
+    assert len(attempts) == 120  # each attempt ran once
     began = [created_at for _, created_at in attempts]
     span = (max(began) - min(began)).total_seconds()
     peak = window_peak(began, 1.0)
-    print(f"200 attempts at 20/s on 3 workers: {span:.2f} s from the first to the last, at most {peak} "
+    print(f"120 attempts at 20/s on 3 workers: {span:.2f} s from the first to the last, at most {peak} "
           "in a second")  # fmt: skip
-    assert span >= 9.5, span
+    assert span >= 5.5, span
     assert peak <= 20 + RATE_LIMIT_BURST, peak
     # Attempts ran in several processes: the pace above was kept by processes sharing the
     # limit, and attempts over it were parked until their moment. (Which workers take the
     # runs is the sweeps' and notices' business: on SQLite, without notices, two sweeps may
-    # take all 200 between them, and a worker wakes the runs it parked itself.)
+    # take all 120 between them, and a worker wakes the runs it parked itself.)
     ran_in = {key.rsplit(":", 1)[1] for key, _ in attempts}
     print(
         "attempts per worker:",

@@ -43,12 +43,12 @@ def test_three_tickers_fire_each_second_exactly_once(start_worker: Callable[...,
     client.create_schedule("every-second", "tests.echo", every="1s", overlap="allow_all", catchup_window="1h")
     workers = [start_worker(threads=2, tick=0.1) for _ in range(3)]
     started = time.monotonic()
-    time.sleep(30)
+    time.sleep(20)
     Schedule.objects.filter(pk="every-second").update(paused=True)
     for worker in workers:
         assert worker.process.poll() is None, worker.log
     fired = assert_no_duplicate_and_no_gap("every-second")
-    assert len(fired) >= 25, f"{len(fired)} fires in {time.monotonic() - started:.0f} s"
+    assert len(fired) >= 16, f"{len(fired)} fires in {time.monotonic() - started:.0f} s"
     # All three took part (each logs the runs it started).
     starters = [w.log.count("schedule every-second: started run") for w in workers]
     assert sum(starters) == len(fired) and sum(1 for n in starters if n) >= 2, starters
