@@ -444,7 +444,8 @@ def message_received(kind: str, name: str, ref: Any) -> contextlib.AbstractConte
 
 def run_claimed(claimed: ClaimedRun, engine_id: str) -> None:
     """A turn claimed a run: :meth:`Observer.lease_taken_over` if it took it over, and
-    :meth:`Observer.schedule_to_start` (``first_turn`` for the run's first claim, else
+    :meth:`Observer.schedule_to_start` (``first_turn`` for the run's first turn: nothing
+    recorded yet, though an earlier claim may have been released without a turn; else
     ``woken``, or ``takeover``) from ``claimed.due_at`` to the claim: to the turn's start
     for a run a worker's sweep claimed for its threads (``claimed.db_now`` moved on by the
     time the claim waited in the worker's queue)."""
@@ -455,7 +456,8 @@ def run_claimed(claimed: ClaimedRun, engine_id: str) -> None:
         lease_taken_over(run_id=claimed.run_id, workflow=claimed.workflow_name, engine_id=engine_id,
                          epoch=claimed.epoch)  # fmt: skip
     else:
-        kind = StartKind.FIRST_TURN if claimed.epoch == 1 else StartKind.WOKEN
+        # A run that recorded nothing never parked: it cannot have been woken.
+        kind = StartKind.FIRST_TURN if claimed.epoch == 1 or not claimed.steps else StartKind.WOKEN
     schedule_to_start(kind, claimed.due_at, claimed.db_now, workflow=claimed.workflow_name)
 
 

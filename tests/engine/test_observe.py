@@ -79,6 +79,23 @@ def test_replayed_steps_emit_nothing_and_each_real_attempt_once(weft: Harness, r
     ]
 
 
+def test_a_first_turn_after_a_claim_released_without_a_turn_is_still_the_first(
+    weft: Harness, recorder: Recorder
+) -> None:
+    @weft.workflow("observe.once")
+    def once(ctx: Any) -> int:
+        return 1
+
+    run_id = weft.store.start("observe.once")
+    # A worker's sweep claimed it for a thread that did not take it in time: let go.
+    claimed = weft.store.claim(run_id, weft.engine.engine_id, ttl=30, grace=10)
+    assert claimed is not None
+    weft.engine.hold(claimed)
+    assert weft.engine.let_go(claimed)
+    assert weft.turn(run_id) == TurnOutcome.COMPLETED
+    assert [e for e in recorder.events if e[0] == "claim"] == [("claim", "first_turn")]
+
+
 def test_a_deposed_turn_reports_its_refused_write_and_the_takeover(weft: Harness, recorder: Recorder) -> None:
     taken: list[bool] = []
 
