@@ -447,6 +447,8 @@ def look_at_update(pk: int) -> Found | Pending[int]:
                 error_message=error.get("message"),
                 error_traceback=error.get("traceback"),
             )
+        if get_store().intake.fail_abandoned_update(pk):
+            continue  # its run finished without answering it: failed now, as the finish would have
         return Pending(pk, partial(_update_timeout, row["name"], str(row["run_id"]), row["update_id"]))
 
 

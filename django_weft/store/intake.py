@@ -25,6 +25,8 @@ from ..engine.observe import Carrier
 from ..engine.parking import handled_updates, unknown_update_error
 from ..engine.records import RUN_LEVEL_SEQ, TERMINAL_STATUSES, RunStatus, TimerKind
 from ..models import Signal, Timer, Update, WorkflowRun
+from ..models.messages import UpdateStatus
+from .base import unanswered_error
 from .notices import NOTICE_HORIZON, NOTIFY_CHANNEL, work_notice
 from .sql import StoreSql
 from .statement_parts import RUN_TABLE, SIGNAL_TABLE
@@ -454,3 +456,26 @@ class Intake:
             trace_context=trace_context,
         )
         return stored, True, self._wake_for_message(run_pk, run, "updates", name, dispatched)
+
+    def fail_abandoned_update(self, pk: int) -> bool:
+        """Fail the update ``pk`` if it is still ``accepted`` although its run has
+        finished, as the finish fails the updates it leaves unanswered; ``True`` if it
+        did. On PostgreSQL the finish is one statement, whose snapshot may be older than
+        an update whose sender held the run's row lock while the finish waited for it:
+        that update is left ``accepted``, and is answered here when its caller looks."""
+        updates = Update.objects.using(self.sql.alias)
+        with transaction.atomic(using=self.sql.alias):
+            status = (
+                updates.filter(pk=pk, status=UpdateStatus.ACCEPTED)
+                .values_list("run__status", flat=True)
+                .first()
+            )
+            if status not in TERMINAL_STATUSES:
+                return False
+            return bool(
+                updates.filter(pk=pk, status=UpdateStatus.ACCEPTED).update(
+                    status=UpdateStatus.FAILED,
+                    error=unanswered_error(status),
+                    updated_at=self.sql.now_value(),
+                )
+            )

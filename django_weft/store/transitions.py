@@ -254,7 +254,8 @@ class RunTransitions:
     def reactivate(self, run_pk: uuid.UUID, *, dispatched: bool) -> Transition:
         """Make a failed run runnable again, in the caller's transaction. The step whose
         failure failed the run (and anything recorded after it) is removed, so it is
-        attempted afresh; every step before it replays. After a non-determinism failure
+        attempted afresh; every step before it replays. Signals the removed steps consumed
+        are buffered again, and updates they applied are accepted again. After a non-determinism failure
         nothing is removed: the fixed code replays the history as it is."""
         run = self._lock_run(run_pk)
         if run["status"] != RunStatus.FAILED:
@@ -298,6 +299,15 @@ class RunTransitions:
             # does a cancellation request received among them.
             Signal.objects.using(self.sql.alias).filter(run_id=run_pk, consumed_seq__gte=failed_seq).update(
                 consumed_seq=None
+            )
+            # Updates those steps applied are accepted again, to be applied where the run
+            # goes this time (as a reset does); their earlier outcome is gone with the steps.
+            Update.objects.using(self.sql.alias).filter(run_id=run_pk, applied_seq__gte=failed_seq).update(
+                status=UpdateStatus.ACCEPTED,
+                applied_seq=None,
+                result=None,
+                error=None,
+                updated_at=self.sql.now_value(),
             )
             request = CancelRequest.of(run["cancel_request"])
             if request is not None and request.seq is not None and request.seq >= failed_seq:
