@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -93,6 +94,10 @@ def _zone(name: str) -> ZoneInfo:
         ) from None
 
 
+CRON_MAX_LENGTH = 200
+"""The longest cron expression a schedule stores (its column's length)."""
+
+
 def normalize_cron(expression: str) -> tuple[str, bool]:
     """The expression with aliases expanded, and whether it has a seconds field.
 
@@ -120,6 +125,20 @@ def normalize_cron(expression: str) -> tuple[str, bool]:
             field="cron",
         )
     seconds = len(fields) == 6
+    if len(text) > CRON_MAX_LENGTH:
+        raise InvalidSchedule(
+            f"cron {expression!r} is {len(text)} characters long, more than {CRON_MAX_LENGTH}; use ranges "
+            "and steps (1-5, */15) instead of long lists",
+            field="cron",
+        )
+    if any(re.search(r"(^|[^a-z])r($|[^a-z])", field.lower()) for field in fields):
+        # croniter draws a random value for R each time it reads the expression: every
+        # process (and every look) would see other fire times.
+        raise InvalidSchedule(
+            f"cron {expression!r} uses R (a random value), which is drawn anew at every reading; write the "
+            "value you want, or use jitter= to spread fires",
+            field="cron",
+        )
     try:
         croniter(text, datetime(2000, 1, 1), second_at_beginning=seconds)
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:

@@ -7,6 +7,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from ..engine.schedule_firing import OverlapPolicy
+from ..engine.schedule_spec import CRON_MAX_LENGTH
 
 SCHEDULE_ID_MAX_LENGTH = 200
 """A schedule's id is the first part of its runs' workflow ids (``<id>-<UTC time>``,
@@ -31,7 +32,7 @@ class Schedule(models.Model):
     kwargs = models.JSONField(default=dict, blank=True)
     search_attributes = models.JSONField(default=dict, blank=True)
     # The spec: a cron expression in a time zone, or an interval with an offset.
-    cron = models.CharField(max_length=200, blank=True, default="")
+    cron = models.CharField(max_length=CRON_MAX_LENGTH, blank=True, default="")
     timezone = models.CharField(max_length=64, default="UTC")
     every_seconds = models.FloatField(null=True, blank=True)
     offset_seconds = models.FloatField(default=0.0)

@@ -75,6 +75,9 @@ def test_create_computes_the_first_fire_and_describe_shows_it() -> None:
         ),
         ({"every": 60, "overlap": "sometimes"}, InvalidSchedule),
         ({"every": 60, "catchup_window": "forever"}, InvalidSchedule),
+        ({"every": 60, "catchup_window": 0}, InvalidSchedule),  # every fire would count as missed
+        ({"cron": "R R * * *"}, InvalidSchedule),  # a value drawn anew at every reading
+        ({"cron": f"{','.join(map(str, range(60)))} {','.join(map(str, range(24)))} * * *"}, InvalidSchedule),
         ({"every": 60, "search_attributes": {"weft_schedule_id": "x"}}, InvalidSchedule),
         ({"every": 60, "workflow": "tests.nope"}, WorkflowNotRegistered),
         ({"every": 60, "workflow": "tests.countdown"}, WorkflowArgumentsError),  # n missing
@@ -258,6 +261,16 @@ def test_pause_unpause() -> None:
     assert runs_of("p") == []
 
 
+def test_unpausing_a_schedule_that_is_not_paused_changes_nothing() -> None:
+    handle = client.create_schedule("up", "tests.echo", every="1h", note="kept")
+    due = come_due("up")
+    handle.unpause()
+    schedule = Schedule.objects.get(pk="up")
+    assert (schedule.next_fire_at, schedule.note) == (due, "kept")
+    fire_due_schedules(100)
+    assert len(runs_of("up")) == 1  # the due fire was not dropped
+
+
 def test_trigger_fires_now_honouring_or_overriding_overlap() -> None:
     handle = client.create_schedule("t", LONG, args=[3600], every="1d")
     action = handle.trigger()
@@ -306,6 +319,26 @@ def test_backfill_fires_each_time_once_and_twice_is_a_no_op() -> None:
     with pytest.raises(InvalidSchedule):
         handle.backfill(datetime(2027, 1, 1), end)
     assert Schedule.objects.get(pk="b").fired_count == 6
+
+
+def test_a_backfill_beside_an_open_run_leaves_the_overlap_policy_to_that_run() -> None:
+    first, _ = _open_run_and_next_fire("o-backfill", "skip")
+    # An earlier time backfilled (allowed to overlap), and one whose run is there already.
+    hour = now().replace(minute=0, second=0, microsecond=0)
+    handle = client.get_schedule_handle("o-backfill")
+    backfilled = handle.backfill(hour - timedelta(hours=30), hour - timedelta(hours=30), overlap="allow_all")
+    assert [a["outcome"] for a in backfilled] == ["started"]
+    client.get_handle(backfilled[0]["run_id"]).cancel("done")
+    again = handle.backfill(hour - timedelta(hours=30), hour - timedelta(hours=30))
+    assert [a["outcome"] for a in again] == ["already_started"]
+    # The next fire still finds the first run open, and skips.
+    next_hour_due("o-backfill")
+    fire_due_schedules(100)
+    first.refresh_from_db()
+    assert first.status in ("running", "waiting", "pending")
+    open_runs = [r for r in runs_of("o-backfill") if r.status in ("running", "waiting", "pending")]
+    assert open_runs == [first]
+    assert Schedule.objects.get(pk="o-backfill").recent_actions[0]["outcome"] == "skipped"
 
 
 def test_a_tick_ends_with_more_blocked_buffers_than_a_batch() -> None:

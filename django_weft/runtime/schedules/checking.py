@@ -44,11 +44,24 @@ def check_overlap(overlap: Any) -> str:
         raise InvalidSchedule(f"overlap must be one of {choices}; got {overlap!r}", field="overlap") from None
 
 
+MIN_CATCHUP_WINDOW = 3.0
+"""Seconds: a due fire is reached by the next sweep, up to a ``WEFT_TICK_INTERVAL`` (1 s by
+default) and its own work later; a shorter window would count such fires as missed."""
+
+
 def check_window(value: Duration) -> float:
     try:
-        return parse_duration(value, what="catchup_window")
+        seconds = parse_duration(value, what="catchup_window")
     except InvalidDuration as exc:
         raise InvalidSchedule(str(exc), field="catchup_window") from None
+    if seconds < MIN_CATCHUP_WINDOW:
+        raise InvalidSchedule(
+            f"catchup_window must be at least {MIN_CATCHUP_WINDOW:g}s (got {seconds:g}s): a fire is reached "
+            "up to a tick after it is due, and a shorter window would count it as missed; keep it well "
+            "above WEFT_TICK_INTERVAL",
+            field="catchup_window",
+        )
+    return seconds
 
 
 def check_start(workflow: Any, args: Any, kwargs: Any, search_attributes: Any) -> dict[str, Any]:

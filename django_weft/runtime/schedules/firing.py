@@ -227,7 +227,10 @@ def _start_fire(schedule: Schedule, moment: datetime, now: datetime, *, source: 
     except WeftError as exc:
         logger.error("schedule %s: the fire at %s could not start: %s", schedule.id, _iso(moment), exc)
         return _record(schedule, {**entry, "outcome": "error", "detail": f"{type(exc).__name__}: {exc}"})
-    schedule.latest_workflow_id = workflow_id
+    # The run the overlap policy looks at: a run this fire started, unless it is a backfill's
+    # beside one still open (the open run stays the one later fires wait for).
+    if (started.created and source != "backfill") or _open_run(schedule) is None:
+        schedule.latest_workflow_id = workflow_id
     if started.created:
         schedule.fired_count += 1
         logger.info("schedule %s: started run %s (%s)", schedule.id, started.run_id, workflow_id)

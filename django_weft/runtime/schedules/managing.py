@@ -165,11 +165,15 @@ def pause_schedule(schedule_id: str, note: str = "") -> Schedule:
 
 
 def unpause_schedule(schedule_id: str, note: str = "") -> Schedule:
-    """Fire again, from the spec's next time after now; ``note`` replaces the pause's."""
+    """Fire again, from the spec's next time after now; ``note`` replaces the pause's. A
+    schedule that is not paused is left as it is (its due fires, within their catch-up
+    window, still start)."""
     note = check_note(note)
     store = get_store()
     with transaction.atomic(using=store.alias):
         schedule = store.schedules.lock_schedule(check_id(schedule_id))
+        if not schedule.paused:
+            return schedule
         schedule.paused, schedule.note = False, note
         schedule.next_fire_at = spec_of(schedule).next_after(store.db_now())
         store.schedules.save_schedule(schedule, ["paused", "note", "next_fire_at"])
