@@ -4,6 +4,7 @@ tickers share the due schedules and each is fired by one of them at a time."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -96,22 +97,23 @@ class ScheduleRows:
         """The schedules holding buffered fires, unlocked."""
         return self._schedules().filter(buffered_count__gt=0, paused=False)
 
-    def claim_due_schedules(self, now: datetime, batch: int) -> list[Schedule]:
+    def claim_due_schedules(
+        self, now: datetime, batch: int, workflows: Collection[str] | None = None
+    ) -> list[Schedule]:
         """Lock up to ``batch`` schedules due at ``now`` (oldest first), skipping those
-        another ticker holds. In the caller's transaction."""
-        return list(
-            self.due_schedules(now).order_by("next_fire_at").select_for_update(skip_locked=True)[:batch]
-        )
+        another ticker holds, of the ``workflows`` given (all without). In the caller's
+        transaction."""
+        due = _of(self.due_schedules(now), workflows)
+        return list(due.order_by("next_fire_at").select_for_update(skip_locked=True)[:batch])
 
-    def claim_buffered_schedules(self, after: str, batch: int) -> list[Schedule]:
+    def claim_buffered_schedules(
+        self, after: str, batch: int, workflows: Collection[str] | None = None
+    ) -> list[Schedule]:
         """Lock up to ``batch`` schedules holding buffered fires, ids after ``after``
-        (keyset order, so a pass over them ends), skipping those another ticker holds."""
-        return list(
-            self.buffered_schedules()
-            .filter(pk__gt=after)
-            .order_by("pk")
-            .select_for_update(skip_locked=True)[:batch]
-        )
+        (keyset order, so a pass over them ends), skipping those another ticker holds, of
+        the ``workflows`` given (all without)."""
+        buffered = _of(self.buffered_schedules(), workflows)
+        return list(buffered.filter(pk__gt=after).order_by("pk").select_for_update(skip_locked=True)[:batch])
 
     def latest_run_of(self, workflow_id: str) -> tuple[str, str] | None:
         """``(run id, status)`` of the newest run with ``workflow_id``: the live one if any."""
@@ -127,3 +129,7 @@ class ScheduleRows:
             return {}
         rows = self.sql.runs().filter(pk__in=run_ids).values_list("pk", "status")
         return {str(pk): str(status) for pk, status in rows}
+
+
+def _of(schedules: Any, workflows: Collection[str] | None) -> Any:
+    return schedules if workflows is None else schedules.filter(workflow_name__in=sorted(workflows))

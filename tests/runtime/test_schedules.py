@@ -20,6 +20,7 @@ from django_weft import (
     client,
     runtime,
 )
+from django_weft.engine.registry import registry
 from django_weft.models import Schedule, WorkflowRun
 from django_weft.runtime import fire_due_schedules, get_store
 from django_weft.testing import drive
@@ -259,6 +260,20 @@ def test_pause_unpause() -> None:
     schedule = Schedule.objects.get(pk="p")
     assert not schedule.paused and schedule.next_fire_at > now()  # the paused-over fire is dropped
     assert runs_of("p") == []
+
+
+def test_a_process_without_the_schedules_workflow_leaves_its_fire_due() -> None:
+    handle = client.create_schedule("elsewhere", "tests.echo", every="1h")
+    due = come_due("elsewhere")
+    echo = registry.workflows.pop("tests.echo")  # this process has no code for it (an older deploy)
+    try:
+        assert fire_due_schedules(100) == 0
+    finally:
+        registry.workflows["tests.echo"] = echo
+    schedule = Schedule.objects.get(pk="elsewhere")
+    assert (schedule.next_fire_at, schedule.recent_actions) == (due, [])  # not fired, not lost
+    assert fire_due_schedules(100) == 1  # a process that has it
+    assert [a["outcome"] for a in handle.describe().recent_actions] == ["started"]
 
 
 def test_unpausing_a_schedule_that_is_not_paused_changes_nothing() -> None:

@@ -17,6 +17,7 @@ from django.db import transaction
 from ...engine import faults, observe
 from ...engine.errors import WeftError
 from ...engine.records import TERMINAL_STATUSES
+from ...engine.registry import registry
 from ...engine.run_logging import get_logger
 from ...engine.schedule_firing import (
     FireAction,
@@ -115,11 +116,15 @@ def fire_due_schedules(batch: int, pending: tuple[bool, bool] | None = None) -> 
     sweep's probe); otherwise it is read first."""
     store = get_store()
     handled = 0
+    # Only the schedules of workflows registered here: a process without a workflow's code
+    # (an older one during a deploy, a worker for other workflows) could not start its run
+    # and would lose the fire; it leaves it due for a process that can.
+    workflows = registry.workflow_names()
     any_due, any_buffered = pending if pending is not None else store.schedules.schedule_work_pending()
     while any_due:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
-            due = store.schedules.claim_due_schedules(now, batch)
+            due = store.schedules.claim_due_schedules(now, batch, workflows)
             for schedule in due:
                 _tick_schedule(schedule, now)
                 # Its runs are started (in this transaction); the schedule has not moved on.
@@ -132,7 +137,7 @@ def fire_due_schedules(batch: int, pending: tuple[bool, bool] | None = None) -> 
     while any_buffered:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
-            buffered = store.schedules.claim_buffered_schedules(after, batch)
+            buffered = store.schedules.claim_buffered_schedules(after, batch, workflows)
             for schedule in buffered:
                 if _start_buffered(schedule, now):
                     store.schedules.save_schedule(schedule, _STATE_FIELDS)
