@@ -276,6 +276,18 @@ def test_a_process_without_the_schedules_workflow_leaves_its_fire_due() -> None:
     assert [a["outcome"] for a in handle.describe().recent_actions] == ["started"]
 
 
+def test_a_schedule_whose_fire_fails_holds_up_no_other() -> None:
+    client.create_schedule("broken", "tests.echo", cron="0 * * * *", timezone="Europe/Oslo")
+    client.create_schedule("sound", "tests.echo", every="1h")
+    broken_due, _ = come_due("broken", ago=2), come_due("sound")
+    # A time zone this process's tz database does not know (written by a newer one).
+    Schedule.objects.filter(pk="broken").update(timezone="Europe/Atlantis")
+    assert fire_due_schedules(100) == 1
+    assert len(runs_of("sound")) == 1 and runs_of("broken") == []
+    broken = Schedule.objects.get(pk="broken")
+    assert (broken.next_fire_at, broken.recent_actions) == (broken_due, [])  # left due, as it was
+
+
 def test_unpausing_a_schedule_that_is_not_paused_changes_nothing() -> None:
     handle = client.create_schedule("up", "tests.echo", every="1h", note="kept")
     due = come_due("up")

@@ -125,13 +125,10 @@ def fire_due_schedules(batch: int, pending: tuple[bool, bool] | None = None) -> 
         with transaction.atomic(using=store.alias):
             now = store.db_now()
             due = store.schedules.claim_due_schedules(now, batch, workflows)
-            for schedule in due:
-                _tick_schedule(schedule, now)
-                # Its runs are started (in this transaction); the schedule has not moved on.
-                faults.hit("schedule_before_advance", schedule_id=schedule.pk)
-            store.schedules.save_schedules(due, _STATE_FIELDS)
-        handled += len(due)
-        if len(due) < batch:
+            ticked = [schedule for schedule in due if _tick_one(schedule, now)]
+            store.schedules.save_schedules(ticked, _STATE_FIELDS)
+        handled += len(ticked)
+        if len(due) < batch or not ticked:  # (a batch that all failed would come back as it is)
             break
     after = ""
     while any_buffered:
@@ -146,6 +143,23 @@ def fire_due_schedules(batch: int, pending: tuple[bool, bool] | None = None) -> 
             break
         after = buffered[-1].pk
     return handled
+
+
+def _tick_one(schedule: Schedule, now: datetime) -> bool:
+    """Tick one locked schedule in a savepoint of its own: one that fails (a time zone
+    this process's tz database lacks, a bug) is logged and left as it was, due, without
+    holding up the other schedules of the batch. ``False`` if it failed."""
+    store = get_store()
+    try:
+        with transaction.atomic(using=store.alias):
+            _tick_schedule(schedule, now)
+    except Exception:
+        logger.exception("schedule %s: its fire failed; it stays due and is tried again at the next tick",
+                         schedule.pk)  # fmt: skip
+        return False
+    # Its runs are started (in this transaction); the schedule has not moved on.
+    faults.hit("schedule_before_advance", schedule_id=schedule.pk)
+    return True
 
 
 def _start_buffered(schedule: Schedule, now: datetime) -> bool:
