@@ -15,6 +15,9 @@ from ..models import Schedule
 from ..models.querysets import WorkflowRunQuerySet
 from .sql import StoreSql
 
+SYNC_LOCK = 7325
+"""The advisory lock space of the declared schedules' sync (the others: 7321-7324)."""
+
 
 class ScheduleRows:
     """Schedule rows; the decisions about them are the engine's (``schedule_firing``)."""
@@ -49,6 +52,17 @@ class ScheduleRows:
         if found is None:
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
         return found
+
+    def lock_sync(self) -> None:
+        """In the caller's transaction, wait for any other sync of the declared schedules
+        to commit (PostgreSQL: a transaction-scoped advisory lock; SQLite's transactions
+        hold the write lock from their start already), so two deploys syncing at once do
+        not both insert a schedule that is missing."""
+        if self.sql.is_postgres:
+            with self.sql.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('schedules sync', %s))", [SYNC_LOCK]
+                )
 
     def lock_schedules(self, schedule_ids: list[str]) -> list[Schedule]:
         """The schedules among ``schedule_ids`` that exist, locked (in id order)."""

@@ -3,7 +3,9 @@ and prunes; ``weft_schedules list`` shows them."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from collections.abc import Iterator
 from io import StringIO
 
@@ -110,3 +112,38 @@ def test_list() -> None:
 def test_sync_is_the_runtime_function() -> None:
     report = sync_schedules(dry_run=True)
     assert report.created == [DECLARED]
+
+
+@pytest.mark.postgres
+def test_two_syncs_at_once_create_a_missing_schedule_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import connections
+
+    from django_weft.store.schedules import ScheduleRows
+
+    both_read = threading.Barrier(2)
+    read = ScheduleRows.lock_schedules
+
+    def read_then_meet(self: ScheduleRows, schedule_ids: list[str]) -> list[Schedule]:
+        found = read(self, schedule_ids)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_read.wait(1)  # two deploys read "missing" together, unless one waits for the other
+        return found
+
+    monkeypatch.setattr(ScheduleRows, "lock_schedules", read_then_meet)
+    reports: list[object] = []
+
+    def sync() -> None:
+        try:
+            reports.append(sync_schedules())
+        except Exception as exc:
+            reports.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sync) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(sorted(r.created) for r in reports) == [[], [DECLARED]], reports  # type: ignore[attr-defined]
+    assert Schedule.objects.filter(pk=DECLARED).count() == 1

@@ -80,6 +80,7 @@ def sync_schedules(*, prune: bool = False, dry_run: bool = False) -> SyncReport:
     report = SyncReport()
     store = get_store()
     with transaction.atomic(using=store.alias):
+        store.schedules.lock_sync()  # a sync running at once (another deploy) commits first
         now = store.db_now()
         existing = {s.pk: s for s in store.schedules.lock_schedules(list(wanted))}
         for schedule_id, fields in wanted.items():
