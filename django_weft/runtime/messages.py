@@ -149,7 +149,16 @@ def signal(
         if delivery is None:
             # A workflow id (which may look like a run id): its latest run.
             run_pk = get_run(ref).pk
-            delivery = deliver(run_pk)
+            try:
+                delivery = deliver(run_pk)
+            except WorkflowTerminalError:
+                # It ended between the look-up and the delivery (it continued as new, say):
+                # the workflow id's latest run now, once.
+                latest = get_run(ref).pk
+                if latest == run_pk:
+                    raise
+                run_pk = latest
+                delivery = deliver(run_pk)
         if delivery.woken and delivered:
             dispatch_on_commit(str(run_pk))
         stored = delivery.signal
@@ -341,40 +350,16 @@ def accept_update(
         seconds = _UPDATE_WAIT.check(wait)
         value = _encode_payload(payload, f"the payload of update {name}")
         run = get_run(ref)
-        seen.run_id, seen.workflow = str(run.pk), run.workflow_name
-        existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()
-        if existing is None:
-            if run.status in TERMINAL_STATUSES:
-                raise _terminal(run, f"update {name!r}")
-            ctx = _replay(run)
-            entry = ctx.update_handlers.get(name)
-            if entry is None and handled_updates(run.waiting_on, run.status) is not None:
-                # The run waits at a point where no handler of that name exists.
-                raise _unknown_handler("update", name, run, ctx)
-            if entry is not None:
-                validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
-            # else: the run has not got to a blocking point yet (it was started a moment ago,
-            # or is running inline steps), so it may still register the handler: store the
-            # update, and the run validates and applies it, or rejects it as unknown, when
-            # it blocks next.
-            store = get_store()
-            with transaction.atomic(using=store.alias):
-                existing, created, woken = store.intake.accept_update(
-                    run.pk,
-                    key,
-                    name,
-                    value,
-                    dispatched=delivers(get_dispatcher()),
-                    validated=entry is not None,
-                    trace_context=observe.start_carrier(),
-                )
-                if woken:
-                    dispatch_on_commit(str(run.pk))
-            if created:
-                logger.info(
-                    "run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "",
-                    extra=run_logging.fields_of(run.pk, run.workflow_id, run.workflow_name),
-                )  # fmt: skip
+        try:
+            existing = _accept_update_on(run, name, key, value, seen)
+        except WorkflowTerminalError:
+            # It ended between the look-up and the acceptance (it continued as new, say): the
+            # latest run of a workflow id now, once.
+            latest = get_run(ref)
+            if latest.pk == run.pk:
+                raise
+            run = latest
+            existing = _accept_update_on(run, name, key, value, seen)
         if existing.name != name:
             raise InvalidInput(
                 f"update_id {key!r} of run {run.pk} was used for update {existing.name!r}, not {name!r}; "
@@ -382,6 +367,46 @@ def accept_update(
             )
         seen.outcome = "accepted"
         return existing.pk, seconds
+
+
+def _accept_update_on(run: WorkflowRun, name: str, key: str, value: Any, seen: Any) -> Update:
+    """Validate the update ``name`` against ``run`` and store it (or find the one stored
+    with ``key``); :func:`accept_update`'s part on one run."""
+    seen.run_id, seen.workflow = str(run.pk), run.workflow_name
+    existing = Update.objects.using(weft_settings.DATABASE_ALIAS).filter(run=run, update_id=key).first()
+    if existing is None:
+        if run.status in TERMINAL_STATUSES:
+            raise _terminal(run, f"update {name!r}")
+        ctx = _replay(run)
+        entry = ctx.update_handlers.get(name)
+        if entry is None and handled_updates(run.waiting_on, run.status) is not None:
+            # The run waits at a point where no handler of that name exists.
+            raise _unknown_handler("update", name, run, ctx)
+        if entry is not None:
+            validate_payload(entry.validator, value, what=f"the validator of update {name!r}")
+        # else: the run has not got to a blocking point yet (it was started a moment ago,
+        # or is running inline steps), so it may still register the handler: store the
+        # update, and the run validates and applies it, or rejects it as unknown, when
+        # it blocks next.
+        store = get_store()
+        with transaction.atomic(using=store.alias):
+            existing, created, woken = store.intake.accept_update(
+                run.pk,
+                key,
+                name,
+                value,
+                dispatched=delivers(get_dispatcher()),
+                validated=entry is not None,
+                trace_context=observe.start_carrier(),
+            )
+            if woken:
+                dispatch_on_commit(str(run.pk))
+        if created:
+            logger.info(
+                "run %s: update %s %s accepted%s", run.pk, name, key, " and woke it" if woken else "",
+                extra=run_logging.fields_of(run.pk, run.workflow_id, run.workflow_name),
+            )  # fmt: skip
+    return existing
 
 
 def update_result(ref: str | uuid.UUID, update_id: str, *, wait: Duration = 0) -> Any:

@@ -1,9 +1,11 @@
-"""Updates whose run ends or is retried around them: a caller never waits forever for an
-update its run left unanswered, and a retried run applies again the updates the steps it
-removed had applied."""
+"""Messages whose run ends, continues or is retried around them: a caller never waits
+forever for an update its run left unanswered, a retried run applies again the updates
+the steps it removed had applied, and a message sent to a workflow id whose run continued
+as new meanwhile reaches the successor."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -105,3 +107,40 @@ def test_a_retried_run_applies_again_the_updates_its_removed_steps_had_applied()
     # The update its caller was answered is in the run's state.
     assert handle.result() == [{"n": 1}]
     assert handle.update_result("u1") == "added"
+
+
+@workflow(name="tests.uo.rolls_over")
+def rolls_over(ctx: Any, round: int = 0) -> str:
+    """Continues as new once; its successor takes "ping" updates and waits for "go"."""
+    if round == 0:
+        ctx.continue_as_new(1)
+    ctx.on_update("ping", lambda payload: "pong")
+    ctx.wait_signal("go")
+    return "went"
+
+
+def test_a_message_to_a_workflow_id_whose_run_continued_meanwhile_reaches_its_successor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_weft.runtime import messages
+
+    first = client.start("tests.uo.rolls_over", id="rolling")
+    assert make_engine("roller").run_turn(first.run_id) == TurnOutcome.CONTINUED
+    looked_up = WorkflowRun.objects.get(pk=first.run_id)
+    assert looked_up.status == "continued"
+    looked_up.status = "running"  # as the sender read it, a moment before it continued
+    real = messages.get_run
+    for send in (
+        lambda: client.get_handle("rolling").signal("go"),
+        lambda: client.get_handle("rolling").update("ping", update_id="p", wait=0),
+    ):
+        stale = iter([looked_up])
+        monkeypatch.setattr(
+            messages, "get_run", lambda ref, stale=stale, **kw: next(stale, None) or real(ref, **kw)
+        )
+        with contextlib.suppress(UpdateTimeout):
+            send()
+    successor = WorkflowRun.objects.get(workflow_id="rolling", status__in=["pending", "running"])
+    assert successor.signals.filter(name="go").count() == 1
+    assert Update.objects.filter(run=successor, update_id="p").exists()
+    assert drive(str(successor.pk)) == "completed"
