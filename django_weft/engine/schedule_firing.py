@@ -31,7 +31,8 @@ class OverlapPolicy(enum.StrEnum):
     BUFFER_ALL = "buffer_all"
     """Start each, one after another, as the open runs finish."""
     CANCEL_OTHER = "cancel_other"
-    """Cancel the open run, then start."""
+    """Ask the open run to cancel (a cancellation request: it may clean up), and start
+    once it has finished; while one fire waits, later ones are skipped."""
     TERMINATE_OTHER = "terminate_other"
     """Terminate the open run, then start."""
     ALLOW_ALL = "allow_all"
@@ -42,7 +43,7 @@ class FireAction(enum.StrEnum):
     START = "start"
     SKIP = "skip"
     BUFFER = "buffer"
-    CANCEL_OTHER_AND_START = "cancel_other"
+    CANCEL_OTHER_AND_WAIT = "cancel_other"
     TERMINATE_OTHER_AND_START = "terminate_other"
 
 
@@ -63,7 +64,7 @@ def decide_overlap(policy: str, *, open_run: bool, buffered: int) -> FireAction:
     if not open_run:  # a buffer left from an earlier policy: start
         return FireAction.START
     if policy == OverlapPolicy.CANCEL_OTHER:
-        return FireAction.CANCEL_OTHER_AND_START
+        return FireAction.CANCEL_OTHER_AND_WAIT if buffered == 0 else FireAction.SKIP
     return FireAction.TERMINATE_OTHER_AND_START
 
 

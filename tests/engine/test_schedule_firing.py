@@ -70,7 +70,8 @@ def test_fires_per_tick_are_bounded() -> None:
         (OverlapPolicy.BUFFER_ONE, True, 1, FireAction.SKIP),
         (OverlapPolicy.BUFFER_ALL, True, 3, FireAction.BUFFER),
         (OverlapPolicy.BUFFER_ALL, False, 2, FireAction.BUFFER),  # behind the buffered ones
-        (OverlapPolicy.CANCEL_OTHER, True, 0, FireAction.CANCEL_OTHER_AND_START),
+        (OverlapPolicy.CANCEL_OTHER, True, 0, FireAction.CANCEL_OTHER_AND_WAIT),
+        (OverlapPolicy.CANCEL_OTHER, True, 1, FireAction.SKIP),  # one fire waits already
         (OverlapPolicy.TERMINATE_OTHER, True, 0, FireAction.TERMINATE_OTHER_AND_START),
         (OverlapPolicy.TERMINATE_OTHER, False, 0, FireAction.START),
         (OverlapPolicy.ALLOW_ALL, True, 0, FireAction.START),

@@ -235,12 +235,25 @@ def test_overlap_buffer_all_starts_them_one_after_another() -> None:
     assert Schedule.objects.get(pk="o-bufall").buffered_count == 0
 
 
-@pytest.mark.parametrize("overlap", ["cancel_other", "terminate_other"])
-def test_overlap_cancel_or_terminate_other(overlap: str) -> None:
-    first, second = _open_run_and_next_fire(f"o-{overlap}", overlap)
+def test_overlap_terminate_other() -> None:
+    first, second = _open_run_and_next_fire("o-terminate", "terminate_other")
     assert second is not None
     first.refresh_from_db()
     assert first.status == "cancelled" and second.status != "cancelled"
+
+
+def test_overlap_cancel_other_asks_the_open_run_to_cancel_and_starts_once_it_has() -> None:
+    first, second = _open_run_and_next_fire("o-cancel", "cancel_other")
+    assert second is None
+    first.refresh_from_db()
+    assert first.status != "cancelled" and first.cancel_request is not None  # asked, not ended
+    schedule = Schedule.objects.get(pk="o-cancel")
+    assert schedule.buffered_count == 1 and schedule.recent_actions[0]["outcome"] == "buffered"
+    assert drive(str(first.pk)) == "cancelled"  # it received the request where it waited
+    fire_due_schedules(100)
+    runs = runs_of("o-cancel")
+    assert [r.pk for r in runs[:1]] == [first.pk] and len(runs) == 2
+    assert Schedule.objects.get(pk="o-cancel").buffered_count == 0
 
 
 def test_overlap_allow_all() -> None:

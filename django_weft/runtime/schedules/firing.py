@@ -212,9 +212,21 @@ def _fire(
                                               "outcome": "buffered", "source": source,
                                               "detail": f"starts when run {open_run} finishes"}))  # fmt: skip
             continue
-        if action in (FireAction.CANCEL_OTHER_AND_START, FireAction.TERMINATE_OTHER_AND_START) and open_run:
+        reason = f"schedule {schedule.id}: overlapped by the fire at {_iso(moment)}"
+        if action == FireAction.CANCEL_OTHER_AND_WAIT and open_run:
+            # Asked to cancel, the run may clean up first: this fire waits for it to finish.
             with contextlib.suppress(WeftError):  # it finished meanwhile
-                cancel(open_run, f"schedule {schedule.id}: overlapped by the fire at {_iso(moment)}")
+                cancel(open_run, reason, mode="request")
+            schedule.buffered = [*schedule.buffered, _iso(moment)]
+            schedule.buffered_count = len(schedule.buffered)
+            actions.append(_record(schedule, {"scheduled_at": _iso(moment), "actual_at": _iso(now),
+                                              "outcome": "buffered", "source": source,
+                                              "detail": f"starts when run {open_run} finishes (asked to "
+                                                        "cancel)"}))  # fmt: skip
+            continue
+        if action == FireAction.TERMINATE_OTHER_AND_START and open_run:
+            with contextlib.suppress(WeftError):  # it finished meanwhile
+                cancel(open_run, reason)
         actions.append(_start(schedule, moment, now, source=source))
     return actions
 
