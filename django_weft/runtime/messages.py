@@ -314,7 +314,21 @@ def update(
     Raises ``UpdateFailed`` when the handler raised, ``WorkflowTerminalError`` for a
     finished run, ``UnknownHandler`` for a name the workflow does not handle."""
     pk, seconds = accept_update(ref, name, payload, update_id=update_id, wait=wait)
-    return wait_for(look_at_update, pk, seconds, UPDATE_BACKOFF)
+    try:
+        return wait_for(look_at_update, pk, seconds, UPDATE_BACKOFF)
+    except UpdateTimeout as exc:
+        if seconds and transaction.get_connection(weft_settings.DATABASE_ALIAS).in_atomic_block:
+            # The update commits with the caller's transaction: no worker sees it before.
+            raise UpdateTimeout(
+                f"{exc} The update was sent inside a transaction (transaction.atomic, or a view "
+                "under ATOMIC_REQUESTS): it is stored only when that transaction commits, so no "
+                "worker could apply it while this call waited. Send it outside the transaction "
+                "(transaction.non_atomic_requests for a view), or with wait=0 and poll "
+                "update_result after the commit",
+                run_id=exc.run_id,
+                update_id=exc.update_id,
+            ) from None
+        raise
 
 
 async def aupdate(

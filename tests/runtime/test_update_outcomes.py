@@ -144,3 +144,13 @@ def test_a_message_to_a_workflow_id_whose_run_continued_meanwhile_reaches_its_su
     assert successor.signals.filter(name="go").count() == 1
     assert Update.objects.filter(run=successor, update_id="p").exists()
     assert drive(str(successor.pk)) == "completed"
+
+
+def test_an_update_waited_for_inside_a_transaction_says_why_it_could_not_be_applied() -> None:
+    handle = client.start("tests.uo.finishing")
+    with transaction.atomic(), pytest.raises(UpdateTimeout, match="inside a transaction") as caught:
+        handle.update("close", update_id="in-atomic", wait=0.2)
+    assert caught.value.update_id == "in-atomic"
+    with pytest.raises(UpdateTimeout) as plain:  # outside one, the plain message
+        handle.update("close", update_id="outside", wait=0.2)
+    assert "inside a transaction" not in str(plain.value)
