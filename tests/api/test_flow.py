@@ -206,6 +206,14 @@ def test_start_then_update_at_once_over_http(api: Api, driver: Any) -> None:
     assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "unknown_handler"
 
 
+def test_an_update_id_with_a_slash_is_polled_at_its_own_address(api: Api) -> None:
+    run = api.post("runs/", {"workflow": "tests.m.cart", "args": ["slash"]}).json()
+    sent = api.post(f"runs/{run['run_id']}/update/", {"name": "close", "update_id": "order/42", "wait": 0})
+    assert sent.status_code == 202, sent.text
+    polled = api.get(f"runs/{run['run_id']}/updates/order/42/")
+    assert polled.status_code == 202 and polled.json()["update_id"] == "order/42", polled.text
+
+
 def test_the_start_answer_is_the_run_as_stored(api: Api) -> None:
     """The start answers from what it inserted (no second read): it must equal a GET."""
     for body in ({"workflow": "tests.echo", "args": [1]}, {"workflow": "tests.echo", "id": "stored-1"}):

@@ -345,7 +345,8 @@ class RunViewSet(BulkRoutes):
     @action(
         detail=True,
         methods=["get"],
-        url_path=r"updates/(?P<update_id>[^/]+)",
+        # Any update_id the POST accepts, slashes included.
+        url_path=r"updates/(?P<update_id>.+)",
         url_name="update-outcome",
     )
     def update_outcome(self, request: Request, ref: str, update_id: str) -> Response:
