@@ -456,7 +456,11 @@ def look_at_update(pk: int) -> Found | Pending[int]:
     (raised), or the row to look at next time (the copy on the run a reset started)."""
     updates = Update.objects.using(weft_settings.DATABASE_ALIAS)
     while True:
-        row = updates.filter(pk=pk).values("status", "result", "error", "update_id", "run_id", "name").first()
+        row = (
+            updates.filter(pk=pk)
+            .values("status", "result", "error", "update_id", "run_id", "name", "run__status")
+            .first()
+        )
         if row is None:
             raise UpdateNotFound(f"update {pk} no longer exists: its run was purged")
         if row["status"] == UpdateStatus.COMPLETED:
@@ -486,7 +490,7 @@ def look_at_update(pk: int) -> Found | Pending[int]:
                 error_message=error.get("message"),
                 error_traceback=error.get("traceback"),
             )
-        if get_store().intake.fail_abandoned_update(pk):
+        if row["run__status"] in TERMINAL_STATUSES and get_store().intake.fail_abandoned_update(pk):
             continue  # its run finished without answering it: failed now, as the finish would have
         return Pending(pk, partial(_update_timeout, row["name"], str(row["run_id"]), row["update_id"]))
 
