@@ -445,7 +445,9 @@ class MessageHandling:
         if kind == MessageKind.SIGNAL:
             self._call_signal_handler(name, info.get("payload"))
         elif recorded.status == StepStatus.COMPLETED:
-            self._call_update_handler(name, table[name], info.get("payload"))  # for its effects
+            _, _, cancelled = self._call_update_handler(name, table[name], info.get("payload"))  # its effects
+            if cancelled is not None:
+                raise cancelled
         else:
             # Applied, but the turn ended before the outcome was recorded: finish it now.
             info.pop("outcome", None)
@@ -459,19 +461,28 @@ class MessageHandling:
         finally:
             ctx._in_handler = previous
 
-    def _call_update_handler(self, name: str, entry: UpdateHandler, payload: Any) -> tuple[bool, Any]:
-        """Run an update handler: ``(True, JSON value)`` or ``(False, error description)``."""
+    def _call_update_handler(
+        self, name: str, entry: UpdateHandler, payload: Any
+    ) -> tuple[bool, Any, CancellationRequested | None]:
+        """Run an update handler: ``(True, JSON value, None)`` or ``(False, error
+        description, cancellation)``.
+
+        A cancellation request the handler received (at its activity's durable retry, the
+        one blocking point a handler may reach) fails the update and is returned, for the
+        caller to raise into the workflow once the update's outcome is recorded: the
+        request is the workflow's, and the handler ran at the workflow's blocking point."""
         ctx = self._ctx
         previous, ctx._in_handler = ctx._in_handler, f"handler of update {name!r}"
         try:
             value = entry.handler(payload)
-            return True, codec.roundtrip(value, what=f"the result of update {name}")[0]
+            return True, codec.roundtrip(value, what=f"the result of update {name}")[0], None
         except NonDeterminismError:
             raise  # the run is held for a fix; the update stays applied and unanswered
         except Exception as exc:
             if ctx._fatal is not None:
                 raise ctx._fatal from None
-            return False, describe_exception(exc)
+            cancelled = exc if isinstance(exc, CancellationRequested) else None
+            return False, describe_exception(exc), cancelled
         finally:
             ctx._in_handler = previous
 
@@ -479,7 +490,7 @@ class MessageHandling:
         self, seq: int, name: str, entry: UpdateHandler, info: dict[str, Any], started_at: datetime | None
     ) -> None:
         ctx = self._ctx
-        ok, value = self._call_update_handler(name, entry, info.get("payload"))
+        ok, value, cancelled = self._call_update_handler(name, entry, info.get("payload"))
         ctx._frontier()
         ctx._fence.flush()  # the handler's own steps are recorded before its answer
         faults.hit("before_update_answer", run_id=ctx._claimed.run_id, seq=seq, engine=ctx._engine)
@@ -501,6 +512,8 @@ class MessageHandling:
             error_json=None if ok else codec.dumps(value),
         )
         ctx._remember(step, {**info, "outcome": outcome}, None)
+        if cancelled is not None:
+            raise cancelled
 
 
 def _signal_outcome(name: str, seq: int, result: dict[str, Any]) -> Any:

@@ -442,3 +442,34 @@ def test_a_child_with_a_pending_request_keeps_it_as_its_parents() -> None:
     request = run_of(str(polite.pk)).cancel_request
     assert request["reason"] == "asked first" and request["from_parent"] is True
     assert str(polite.pk) not in DjangoStore().sweep.close_orphaned_children(100)
+
+
+# -- update handlers ---------------------------------------------------------------------------
+
+
+def test_a_request_received_while_an_update_handler_waits_to_retry_reaches_the_workflow() -> None:
+    """A handler runs at the body's blocking point; a request it receives (at its activity's
+    durable retry) fails its update and goes on into the body, on replay as live."""
+    handle = client.start("tests.m.retrying_update", args=["hr"])
+    park(handle.run_id)
+    with pytest.raises(UpdateTimeout) as caught:
+        handle.update("charge", wait=0)
+    park(handle.run_id)  # the handler's first attempt failed; it waits for its retry
+    assert count("hr:attempt1") == 1
+    assert handle.cancel("stop", mode="request") == "running"
+    assert drive(handle.run_id) == "cancelled"
+    assert count("hr:cleanup") == 1 and count("hr:attempt2") == 0
+    assert history(handle.run_id) == [
+        (0, "signal", "waiting"),
+        (1, "handler", "completed"),  # the update, answered
+        (2, "activity", "retrying"),  # the handler's activity, its retry abandoned
+        (3, "cancel_request", "completed"),
+        (4, "activity", "completed"),  # the workflow's clean-up
+    ]
+    update = Update.objects.get(update_id=caught.value.update_id)
+    assert update.status == "failed" and update.error["type"].endswith(".CancellationRequested")
+    with pytest.raises(WorkflowCancelled):
+        handle.result(timeout=1)
+    assert run_of(handle.run_id).error["message"] == "cancelled on request: stop"
+    (replayed,) = runtime.replay_runs(runtime.RunSelection(refs=(handle.run_id,)))
+    assert replayed.verdict == "ok" and replayed.result.end == "raised"  # the same history again

@@ -580,6 +580,29 @@ def changing_update(ctx: Any, key: str) -> int:
     return state["n"]
 
 
+@activity(name="tests.m.retry_later", retry=RetryPolicy(max_attempts=3, initial_interval=60))
+def retry_later(key: str) -> int:
+    """Fails its first attempt; the next one comes a minute later (a durable retry)."""
+    attempt = activity_info().attempt
+    SideEffect.objects.create(key=f"{key}:attempt{attempt}")
+    if attempt == 1:
+        raise ConnectionError("first attempt fails")
+    return attempt
+
+
+@workflow(name="tests.m.retrying_update")
+def retrying_update(ctx: Any, key: str) -> str:
+    """An update handler whose activity waits for a durable retry (its first attempt fails);
+    the body cleans up when it receives a cancellation request."""
+    ctx.on_update("charge", lambda _payload: ctx.run(retry_later, key))
+    try:
+        ctx.wait_signal("go")
+    except CancellationRequested:
+        ctx.run(record, f"{key}:cleanup")
+        raise
+    return "done"
+
+
 @workflow(name="tests.m.query_uses_ctx")
 def query_uses_ctx(ctx: Any) -> None:
     ctx.on_query("now", lambda: str(ctx.now()))
