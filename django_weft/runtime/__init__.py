@@ -112,7 +112,7 @@ from .starts import (
 )
 from .sweep import TickReport, tick
 from .worker import ActivityOutcome, dispatch_finalizer, run_activity, run_finalizer, run_turn
-from .workers import StrandedWorkflow, WorkerCoverage, WorkerRecord, worker_coverage
+from .workers import StrandedSchedules, StrandedWorkflow, WorkerCoverage, WorkerRecord, worker_coverage
 
 __all__ = [
     "BUSIEST_SHOWN",
@@ -154,6 +154,7 @@ __all__ = [
     "StartOptions",
     "StartResult",
     "StatusReport",
+    "StrandedSchedules",
     "StrandedWorkflow",
     "SyncReport",
     "TickReport",

@@ -155,16 +155,32 @@ class StrandedWorkflow:
 
 
 @dataclass(frozen=True)
+class StrandedSchedules:
+    """A workflow with due schedules that no live worker has registered: the tick fires a
+    schedule only where its workflow is registered, so these stay due."""
+
+    name: str
+    due: int
+    oldest_due_at: datetime
+
+
+@dataclass(frozen=True)
 class WorkerCoverage:
-    """The live workers, and the active runs none of them can execute, by workflow."""
+    """The live workers, and the active runs and due schedules none of them can execute,
+    by workflow."""
 
     live: tuple[WorkerRecord, ...]
     stranded: tuple[StrandedWorkflow, ...]
     read_at: datetime
+    stranded_schedules: tuple[StrandedSchedules, ...] = ()
 
     @property
     def stranded_runs(self) -> int:
         return sum(workflow.total for workflow in self.stranded)
+
+    @property
+    def stranded_schedule_count(self) -> int:
+        return sum(workflow.due for workflow in self.stranded_schedules)
 
 
 def live_window() -> float:
@@ -176,9 +192,12 @@ def live_window() -> float:
 def worker_coverage(report: StatusReport, *, may_lag: bool = False) -> WorkerCoverage:
     """The live workers, and, from ``report``'s counts per workflow, the active runs
     (pending, running, waiting, suspended) of workflows that no live worker has
-    registered. One query besides the report (the worker table), as of the report's
-    database time. ``may_lag``: read from ``WEFT_READ_DATABASE`` (as the report was)."""
-    read_at, rows = get_store(may_lag=may_lag).workers.live(live_window(), now=report.read_at)
+    registered; and the due schedules of such workflows. Two queries besides the report
+    (the worker table, the due schedules of workflows no live worker has), as of the
+    report's database time. ``may_lag``: read from ``WEFT_READ_DATABASE`` (as the report
+    was)."""
+    store = get_store(may_lag=may_lag)
+    read_at, rows = store.workers.live(live_window(), now=report.read_at)
     live = tuple(WorkerRecord.of(row) for row in rows)
     known = {name for worker in live for name in worker.workflows}
     active = {str(status) for status in ACTIVE_STATUSES}
@@ -187,4 +206,5 @@ def worker_coverage(report: StatusReport, *, may_lag: bool = False) -> WorkerCov
         waiting = {status: n for status, n in counts.items() if status in active and n}
         if waiting and name not in known:
             stranded.append(StrandedWorkflow(name, waiting))
-    return WorkerCoverage(live=live, stranded=tuple(stranded), read_at=read_at)
+    schedules = tuple(StrandedSchedules(*row) for row in store.schedules.due_by_workflow(read_at, known))
+    return WorkerCoverage(live=live, stranded=tuple(stranded), read_at=read_at, stranded_schedules=schedules)

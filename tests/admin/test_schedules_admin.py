@@ -944,9 +944,37 @@ def test_a_refused_fire_shows_as_an_error_and_the_dashboard_counts_it(
     assert section is not None
     words = " ".join(unescape(re.sub(r"<[^>]+>", " ", section.group(0))).split())
     assert "3 schedules the next fire at" in words and "1 paused" in words and "1 last fire refused" in words
+    assert "0 due, no live worker can fire" in words and "data-stranded-schedules" not in section.group(0)
     assert f'href="{list_url("paused__exact=1")}"' in section.group(0)
     assert f'href="{list_url("last_outcome=error")}"' in section.group(0)
 
     runs_only = logged_in("runs-only", permissions=("view_workflowrun",))
     page = runs_only.get(reverse("admin:django_weft_workflowrun_dashboard")).content.decode()
     assert "weft-dash-schedules" not in page
+
+
+def test_the_dashboard_lists_due_schedules_no_live_worker_can_fire(db: None) -> None:
+    now = datetime.now(UTC)
+    hourly("a")
+    hourly("b", workflow="tests.countdown", args=[1])
+    hourly("c", workflow="tests.countdown", args=[1])
+    hourly("later")
+    Schedule.objects.filter(pk="a").update(next_fire_at=now - timedelta(minutes=5))
+    Schedule.objects.filter(pk__in=["b", "c"]).update(next_fire_at=now - timedelta(hours=2))
+
+    root = logged_in("root", superuser=True)
+    page = root.get(reverse("admin:django_weft_workflowrun_dashboard"))
+    section = re.search(
+        r'<section class="module weft-dash-schedules".*?</section>', page.content.decode(), re.S
+    )
+    assert section is not None
+    html = section.group(0)
+    tile = re.search(
+        r'<a class="weft-tile weft-tile-alert" href="#weft-stranded-schedules".*?</a>', html, re.S
+    )
+    assert tile is not None and '<span class="weft-tile-count">3</span>' in tile.group(0)
+    rows = dict(re.findall(r'<tr data-stranded-schedules="([^"]+)">(.*?)</tr>', html, re.S))
+    assert list(rows) == ["tests.countdown", "tests.echo"]
+    assert f'<a href="{list_url("workflow=tests.countdown")}">2</a>' in rows["tests.countdown"]
+    assert "<td>2 h 0 min</td>" in rows["tests.countdown"] and "<td>5 min" in rows["tests.echo"]
+    assert set(list_rows(root.get(list_url("workflow=tests.countdown")))) == {"b", "c"}

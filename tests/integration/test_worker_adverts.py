@@ -1,10 +1,12 @@
 """Workers say what they can run: a real ``weft_worker`` process without a workflow's
-code never claims its runs, the dashboard lists them as runs no live worker can
-execute, and a worker that has the workflow then completes them."""
+code never claims its runs nor fires its schedules, the dashboard lists them as runs no
+live worker can execute and schedules none can fire, and a worker that has the workflow
+then completes and fires them."""
 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -12,9 +14,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from django_weft import client, runtime
-from django_weft.models import Worker, WorkflowRun
+from django_weft.models import Schedule, Worker, WorkflowRun
 
 from .conftest import CeleryCluster, wait_for
 
@@ -47,14 +50,18 @@ def test_a_worker_without_the_workflow_never_claims_its_run_and_one_with_it_comp
     assert LATE not in advert.workflows
 
     late = client.start(LATE, args=["ada"])
+    client.create_schedule("late-hourly", LATE, args=["bo"], every="1h", catchup_window="1h")
+    Schedule.objects.filter(pk="late-hourly").update(next_fire_at=timezone.now() - timedelta(minutes=1))
     echo = client.start("tests.echo", args=[1])
     assert echo.result(timeout=30) == {"args": [1], "kwargs": {}}  # the worker is working
 
-    # Over 4 s, its sweep (every 0.2 s: twenty of them) and its threads never claim the late run.
+    # Over 4 s, its sweep (every 0.2 s: twenty of them) and its threads never claim the late
+    # run, and its tick never fires the late workflow's due schedule.
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:
         run = WorkflowRun.objects.get(pk=late.run_id)
         assert (run.status, run.owner_id, run.owner_epoch) == ("running", None, 0)
+        assert Schedule.objects.get(pk="late-hourly").fired_count == 0
         time.sleep(0.25)
     assert WorkflowRun.objects.get(pk=late.run_id).dispatched_at is None  # not even marked as sent
     assert "not registered" not in lacking.log and LATE not in lacking.log
@@ -67,6 +74,8 @@ def test_a_worker_without_the_workflow_never_claims_its_run_and_one_with_it_comp
     out = StringIO()
     call_command("weft_status", stdout=out)
     assert f"runs no live worker can execute: 1\n  {LATE}: 1 (1 running)" in out.getvalue()
+    assert f"due schedules no live worker can fire: 1\n  {LATE}: 1 (the oldest due" in out.getvalue()
+    assert f'data-stranded-schedules="{LATE}"' in page
 
     start_worker()
     assert late.result(timeout=30) == "HELLO ADA"
@@ -74,7 +83,11 @@ def test_a_worker_without_the_workflow_never_claims_its_run_and_one_with_it_comp
     assert run.owner_epoch == 1  # claimed once, by the worker that has the workflow
     assert len(live_workers()) == 2
     assert runtime.worker_coverage(runtime.status_report()).stranded == ()
-    assert 'data-stranded="' not in dashboard()
+    fired = wait_for(lambda: list(Schedule.objects.filter(pk="late-hourly", fired_count=1)), 30, "its fire")
+    assert fired[0].next_fire_at > timezone.now()
+    assert runtime.worker_coverage(runtime.status_report()).stranded_schedules == ()
+    page = dashboard()
+    assert 'data-stranded="' not in page and 'data-stranded-schedules="' not in page
 
     lacking.signal(15)
     assert lacking.wait(15) == 0

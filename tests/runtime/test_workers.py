@@ -17,7 +17,7 @@ from django_weft import client, runtime
 from django_weft.conf import weft_settings
 from django_weft.engine.executor import Engine
 from django_weft.engine.registry import Registry, registry
-from django_weft.models import Timer, Worker, WorkflowRun
+from django_weft.models import Schedule, Timer, Worker, WorkflowRun
 from django_weft.runtime import workers
 from django_weft.runtime.process import CurrentDispatcher, get_engine
 from django_weft.store import DjangoStore
@@ -166,6 +166,37 @@ def test_runs_no_live_worker_can_execute_are_listed_by_workflow(advertising: obj
         "live workers: 0\nruns no live worker can execute: 2\n  tests.sleepy: 2 (2 running)\n"
         in out.getvalue()
     )
+
+
+def test_due_schedules_no_live_worker_can_fire_are_listed_by_workflow(advertising: object) -> None:
+    for schedule_id in ("a", "b"):
+        client.create_schedule(schedule_id, "tests.sleepy", every="1h")
+    client.create_schedule("c", "tests.echo", every="1h")
+    client.create_schedule("later", "tests.sleepy", every="1h")
+    client.create_schedule("paused", "tests.sleepy", every="1h").pause()
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Schedule.objects.exclude(pk="later").update(next_fire_at=hour_ago)
+    Schedule.objects.filter(pk="b").update(next_fire_at=hour_ago + timedelta(minutes=30))
+    Schedule.objects.filter(pk="later").update(next_fire_at=timezone.now() + timedelta(hours=1))
+
+    coverage = runtime.worker_coverage(runtime.status_report())
+    found = [(g.name, g.due, g.oldest_due_at) for g in coverage.stranded_schedules]
+    assert found == [("tests.echo", 1, hour_ago), ("tests.sleepy", 2, hour_ago)]
+    assert coverage.stranded_schedule_count == 3
+    out = StringIO()
+    call_command("weft_status", stdout=out)
+    assert "due schedules no live worker can fire: 3\n  tests.echo: 1 (the oldest due 36" in out.getvalue()
+
+    Worker.objects.create(
+        engine_id="other", kind="weft_worker", workflows=["tests.sleepy"],
+        started_at=timezone.now(), heartbeat_at=timezone.now(),
+    )  # fmt: skip
+    coverage = runtime.worker_coverage(runtime.status_report())
+    assert [(g.name, g.due) for g in coverage.stranded_schedules] == [("tests.echo", 1)]
+    Schedule.objects.filter(pk="c").update(next_fire_at=timezone.now() + timedelta(hours=1))
+    out = StringIO()
+    call_command("weft_status", stdout=out)
+    assert "due schedules no live worker can fire: none\n" in out.getvalue()
 
 
 def test_a_celery_worker_hands_a_turn_it_lacks_on_only_when_a_live_worker_has_the_workflow(

@@ -73,10 +73,11 @@ def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin[WorkflowR
     report = runtime.status_report(may_lag=lag)
     finished = runtime.finished_per_minute(SPARKLINE_MINUTES, now=report.read_at, may_lag=lag)
     changelist = admin_url(WorkflowRun, "changelist", site=model_admin.admin_site.name)
+    coverage = runtime.worker_coverage(report, may_lag=lag)
     schedules = None
     if OPERATIONS["view_schedule"].allowed(request.user):
-        schedules = ScheduleFigures.read(admin_name=model_admin.admin_site.name, may_lag=lag)
-    workers = WorkerFigures.build(runtime.worker_coverage(report, may_lag=lag), changelist_url=changelist)
+        schedules = ScheduleFigures.read(coverage, admin_name=model_admin.admin_site.name, may_lag=lag)
+    workers = WorkerFigures.build(coverage, changelist_url=changelist)
     keys = KeyRow.build_all(runtime.busiest_keys(now=report.read_at, may_lag=lag), changelist_url=changelist)
     rate_limits = BucketRow.build_all(runtime.busy_rate_limits(now=report.read_at, may_lag=lag))
     activity_groups = ActivityGroupRow.build_all(
@@ -404,9 +405,20 @@ def _about_attempts(count: int | None) -> str:
 
 
 @dataclass(frozen=True)
+class StrandedScheduleRow:
+    """A workflow no live worker has registered, with schedules due to fire it."""
+
+    name: str
+    due: Figure
+    oldest_due_for: str
+
+
+@dataclass(frozen=True)
 class ScheduleFigures:
-    """The schedules at a glance (two queries), for users who may view them: how many,
-    how many paused, how many whose last fire could not start a run, and the next fire."""
+    """The schedules at a glance (two queries, and ``coverage``'s due schedules no live
+    worker can fire), for users who may view them: how many, how many paused, how many
+    whose last fire could not start a run, the next fire, and the due schedules of
+    workflows no live worker has registered (the tick fires none of them)."""
 
     total: Figure
     paused: Figure
@@ -414,9 +426,13 @@ class ScheduleFigures:
     next_id: str | None
     next_at: str
     next_url: str
+    stranded: int = 0
+    stranded_rows: tuple[StrandedScheduleRow, ...] = ()
 
     @classmethod
-    def read(cls, *, admin_name: str = "admin", may_lag: bool = False) -> ScheduleFigures:
+    def read(
+        cls, coverage: runtime.WorkerCoverage, *, admin_name: str = "admin", may_lag: bool = False
+    ) -> ScheduleFigures:
         changelist = admin_url(Schedule, "changelist", site=admin_name)
         link = _linker(changelist)
         schedules = runtime.schedule_queryset(may_lag=may_lag)
@@ -441,6 +457,15 @@ class ScheduleFigures:
             next_url=admin_url(Schedule, "change", upcoming.pk, site=admin_name)
             if upcoming is not None
             else "",
+            stranded=coverage.stranded_schedule_count,
+            stranded_rows=tuple(
+                StrandedScheduleRow(
+                    name=group.name,
+                    due=Figure(group.due, link(workflow=group.name)),
+                    oldest_due_for=format_duration(max(coverage.read_at - group.oldest_due_at, timedelta(0))),
+                )
+                for group in coverage.stranded_schedules
+            ),
         )
 
 

@@ -1,6 +1,7 @@
 """``manage.py weft_status``: counts per status, the oldest waiting run, expired leases,
-the live workers, the runs no live worker can execute, the busiest concurrency keys, the
-rate limits that are behind and the busiest activity concurrency groups."""
+the live workers, the runs no live worker can execute, the due schedules no live worker
+can fire, the busiest concurrency keys, the rate limits that are behind and the busiest
+activity concurrency groups."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from ... import runtime
 class Command(BaseCommand):
     help = (
         "Print run counts per status, the oldest waiting and runnable runs, expired leases, due "
-        "timers, the live workers (what each has registered), the active runs of workflows "
-        "that no live worker has registered, and the busiest concurrency keys (slots in use of "
-        "the limit, runs queued, the longest a queued run has waited), the rate limit buckets "
-        "whose next free moment is ahead (the rate, how far ahead) and the busiest activity "
-        "concurrency groups (slots held of the limit, attempts waiting)."
+        "timers, the live workers (what each has registered), the active runs and the due "
+        "schedules of workflows that no live worker has registered, the busiest concurrency "
+        "keys (slots in use of the limit, runs queued, the longest a queued run has waited), "
+        "the rate limit buckets whose next free moment is ahead (the rate, how far ahead) and "
+        "the busiest activity concurrency groups (slots held of the limit, attempts waiting)."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -63,11 +64,18 @@ class Command(BaseCommand):
             )
         if not coverage.stranded:
             self.stdout.write("runs no live worker can execute: none")
+        else:
+            self.stdout.write(f"runs no live worker can execute: {coverage.stranded_runs}")
+            for workflow in coverage.stranded:
+                by_status = ", ".join(f"{count} {status}" for status, count in workflow.counts.items())
+                self.stdout.write(f"  {workflow.name}: {workflow.total} ({by_status})")
+        if not coverage.stranded_schedules:
+            self.stdout.write("due schedules no live worker can fire: none")
             return
-        self.stdout.write(f"runs no live worker can execute: {coverage.stranded_runs}")
-        for workflow in coverage.stranded:
-            by_status = ", ".join(f"{count} {status}" for status, count in workflow.counts.items())
-            self.stdout.write(f"  {workflow.name}: {workflow.total} ({by_status})")
+        self.stdout.write(f"due schedules no live worker can fire: {coverage.stranded_schedule_count}")
+        for group in coverage.stranded_schedules:
+            age = max((coverage.read_at - group.oldest_due_at).total_seconds(), 0.0)
+            self.stdout.write(f"  {group.name}: {group.due} (the oldest due {age:.1f}s ago)")
 
     def _write_keys(self, busiest: runtime.BusiestKeys) -> None:
         if not busiest.keys:
