@@ -8,7 +8,8 @@ each setting.
 
 from __future__ import annotations
 
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
 from django.apps import apps
 from django.conf import settings as django_settings
@@ -54,6 +55,10 @@ _read: dict[str, tuple[Any, Any]] = {}
 """The settings read so far: by name, the settings object it was read from and the value.
 A setting that is not set costs Django's settings an ``AttributeError`` on every look-up,
 and the store looks some up for every step."""
+
+
+_ENGINE_CONFIG = "engine config"
+"""Where :meth:`WeftSettings.engine_config` keeps its parsed settings in ``_read``."""
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
@@ -196,14 +201,22 @@ class WeftSettings:
         return parse_rate_limits(self._get("WEFT_RATE_LIMITS"))
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(
+        """The engine's settings, parsed once per settings object (a turn asks several
+        times; ``override_settings`` and a changed ``WEFT_*`` setting make it new)."""
+        holder = getattr(django_settings, "_wrapped", None)
+        found = _read.get(_ENGINE_CONFIG)
+        if found is not None and found[0] is holder:
+            return cast(EngineConfig, found[1])
+        config = EngineConfig(
             lease_ttl=self.LEASE_TTL,
             takeover_grace=self.TAKEOVER_GRACE,
             default_retry=self.DEFAULT_RETRY_POLICY,
             inline_retry_max_delay=self.RETRY_INLINE_MAX_DELAY,
             redispatch_after=self.REDISPATCH_AFTER,
-            rate_limits=self.RATE_LIMITS,
+            rate_limits=MappingProxyType(self.RATE_LIMITS),
         )
+        _read[_ENGINE_CONFIG] = (holder, config)
+        return config
 
 
 weft_settings = WeftSettings()

@@ -28,7 +28,7 @@ from .attempts import ActivityAttempts
 from .children import Children
 from .claims import claimed_run
 from .sql import StoreSql
-from .statement_parts import CLAIM_COLUMNS, HOLDS_SLOT, RUN_TABLE
+from .statement_parts import CLAIM_COLUMNS, HOLDS_SLOT, RUN_TABLE, any_of
 from .transitions import LOCKED_FIELDS, RunTransitions
 from .waking import Waking
 
@@ -91,19 +91,19 @@ class Sweep:
             # With each run, the trace context its start stored (the timer's span joins its trace).
             locked_runs = dict(
                 self.sql.runs()
-                .filter(pk__in=candidates)
+                .filter(any_of("pk", candidates))
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "trace_context")
             )
             due = list(
                 self.due_timers(now)
-                .filter(run_id__in=list(locked_runs))
+                .filter(any_of("run_id", locked_runs))
                 .select_for_update(skip_locked=True)
                 .values_list("pk", "run_id", "seq", "kind", "fire_at")
             )
             if not due:
                 return []
-            timers.filter(pk__in=[pk for pk, _, _, _, _ in due]).update(fired_at=now)
+            timers.filter(any_of("pk", [pk for pk, _, _, _, _ in due])).update(fired_at=now)
             for pk, run, seq, kind, _ in due:
                 timer_log.debug("fired timer %s (run %s, position %s, %s) in the sweep", pk, run, seq, kind)
             self.attempts.lose_attempts(
@@ -115,12 +115,13 @@ class Sweep:
             woken = list(
                 self.sql.runs()
                 .filter(
-                    Q(pk__in=waking, status=RunStatus.WAITING) | Q(pk__in=delayed, status=RunStatus.PENDING)
+                    (any_of("pk", waking) & Q(status=RunStatus.WAITING))
+                    | (any_of("pk", delayed) & Q(status=RunStatus.PENDING))
                 )
                 .values_list("pk", flat=True)
             )
             if woken:
-                self.sql.runs().filter(pk__in=woken).update(
+                self.sql.runs().filter(any_of("pk", woken)).update(
                     status=RunStatus.RUNNING, ready_at=now, waiting_on=None, updated_at=now
                 )
             parents = set(
@@ -345,7 +346,7 @@ class Sweep:
                 runnable = [(pk, priority) for pk, priority in runnable if pk not in taken]
             ids = [pk for pk, _ in runnable] + [pk for pk, _ in expired]
             if ids:
-                self.sql.runs().filter(pk__in=ids).update(dispatched_at=now)
+                self.sql.runs().filter(any_of("pk", ids)).update(dispatched_at=now)
         return DispatchBatch(
             [str(run) for run, _ in runnable],
             [str(run) for run, _ in expired],

@@ -35,3 +35,18 @@ def test_a_value_read_once_is_kept_until_a_setting_changes() -> None:
         with override_settings(WEFT_NOTIFY=True):
             pass
     assert weft_settings.TICK_BATCH == 100
+
+
+def test_the_engine_config_is_parsed_once_and_again_under_an_override(settings) -> None:  # type: ignore[no-untyped-def]
+    config = weft_settings.engine_config()
+    assert weft_settings.engine_config() is config  # kept: a turn asks several times
+    with override_settings(WEFT_LEASE_TTL="45s", WEFT_RATE_LIMITS={"stripe": "5/s"}):
+        inside = weft_settings.engine_config()
+        assert inside.lease_ttl == 45.0 and (
+            inside.rate_limits["stripe"].limit,
+            inside.rate_limits["stripe"].per,
+        ) == (5, 1.0)
+        assert weft_settings.engine_config() is inside
+    assert weft_settings.engine_config().lease_ttl == config.lease_ttl
+    settings.WEFT_RETRY_INLINE_MAX_DELAY = 0.5
+    assert weft_settings.engine_config().inline_retry_max_delay == 0.5
