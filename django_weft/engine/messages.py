@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 MAX_MESSAGE_NAME_LENGTH = 200
 """The longest signal, update or query name (the ``name`` columns hold 200 characters)."""
 
+PASSED_ON = "cancellation_passed_on"
+"""Set in an update's recorded outcome when the cancellation request its handler received
+went on into the workflow: replay raises it there again. Histories recorded before it
+was passed on (the handler kept it) lack it and replay as they ran."""
+
 CANCEL_STEP_NAME = "cancel"
 """The ``name`` of a delivered cancellation request's history entry (kind ``cancel_request``)."""
 
@@ -446,8 +451,8 @@ class MessageHandling:
             self._call_signal_handler(name, info.get("payload"))
         elif recorded.status == StepStatus.COMPLETED:
             _, _, cancelled = self._call_update_handler(name, table[name], info.get("payload"))  # its effects
-            if cancelled is not None:
-                raise cancelled
+            if cancelled is not None and (info.get("outcome") or {}).get(PASSED_ON):
+                raise cancelled  # as it was: a history recorded before it was passed on kept it
         else:
             # Applied, but the turn ended before the outcome was recorded: finish it now.
             info.pop("outcome", None)
@@ -495,6 +500,8 @@ class MessageHandling:
         ctx._fence.flush()  # the handler's own steps are recorded before its answer
         faults.hit("before_update_answer", run_id=ctx._claimed.run_id, seq=seq, engine=ctx._engine)
         outcome = {"ok": True, "result": value} if ok else {"ok": False, "error": value}
+        if cancelled is not None:
+            outcome[PASSED_ON] = True
         step = ctx._step(
             seq,
             StepKind.HANDLER,

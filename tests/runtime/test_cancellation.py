@@ -25,6 +25,7 @@ from django_weft import (
 )
 from django_weft.engine import faults
 from django_weft.engine.executor import TurnOutcome
+from django_weft.engine.messages import MessageHandling
 from django_weft.models import Step, Timer, Update, WorkflowRun
 from django_weft.runtime import ActivityOutcome, run_activity, tick
 from django_weft.runtime.heartbeat import tell_cancellations
@@ -459,6 +460,7 @@ def test_a_request_received_while_an_update_handler_waits_to_retry_reaches_the_w
     assert handle.cancel("stop", mode="request") == "running"
     assert drive(handle.run_id) == "cancelled"
     assert count("hr:cleanup") == 1 and count("hr:attempt2") == 0
+    assert Step.objects.get(run_id=handle.run_id, seq=1).result["outcome"]["cancellation_passed_on"] is True
     assert history(handle.run_id) == [
         (0, "signal", "waiting"),
         (1, "handler", "completed"),  # the update, answered
@@ -473,3 +475,31 @@ def test_a_request_received_while_an_update_handler_waits_to_retry_reaches_the_w
     assert run_of(handle.run_id).error["message"] == "cancelled on request: stop"
     (replayed,) = runtime.replay_runs(runtime.RunSelection(refs=(handle.run_id,)))
     assert replayed.verdict == "ok" and replayed.result.end == "raised"  # the same history again
+
+
+def test_a_history_whose_update_handler_kept_the_request_replays_as_it_ran(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recorded by code that let the handler keep the request (its update's outcome has no
+    ``cancellation_passed_on``): the workflow went on, and replay must not raise it."""
+    handle = client.start("tests.m.retrying_update", args=["old"])
+    park(handle.run_id)
+    with pytest.raises(UpdateTimeout):
+        handle.update("charge", wait=0)
+    park(handle.run_id)
+    handle.cancel("stop", mode="request")
+    current = MessageHandling._call_update_handler
+
+    def kept(self: MessageHandling, *args: Any) -> Any:
+        ok, value, _ = current(self, *args)
+        return ok, value, None  # the earlier code: the handler's failure, nothing passed on
+
+    monkeypatch.setattr(MessageHandling, "_call_update_handler", kept)
+    park(handle.run_id)  # the workflow went on waiting for "go"
+    monkeypatch.undo()
+    assert "cancellation_passed_on" not in Step.objects.get(run_id=handle.run_id, seq=1).result["outcome"]
+    handle.signal("go")
+    assert drive(handle.run_id) == "completed" and handle.result(timeout=1) == "done"
+    assert count("old:cleanup") == 0
+    (replayed,) = runtime.replay_runs(runtime.RunSelection(refs=(handle.run_id,)))
+    assert replayed.verdict == "ok" and replayed.result.end == "returned"
