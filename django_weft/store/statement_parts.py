@@ -126,16 +126,20 @@ class AnyOf(Lookup):
     """``column = ANY(%s)`` with the values bound as one array on PostgreSQL, ``IN (...)``
     elsewhere: for the sweep's batches of up to a thousand keys, whose ``IN`` list cost
     more to build, send and parse than the statement took to run. Used directly in
-    ``filter()``: ``filter(any_of("pk", keys))``."""
+    ``filter()``: ``filter(any_of("pk", keys))``. As ``__in``: each value goes through
+    the field's conversion (a bad one raises before any SQL is sent) and ``None`` is
+    left out (it matches no row, and would make ``exclude()`` match none either)."""
 
     lookup_name = "weft_any"
     prepare_rhs = False
 
     def get_db_prep_lookup(self, value: Any, connection: Any) -> Any:
-        return "%s", (list(value),)
+        field = self.lhs.output_field
+        prepared = [field.get_db_prep_value(each, connection) for each in value if each is not None]
+        return "%s", (prepared,)
 
     def as_sql(self, compiler: Any, connection: Any) -> Any:
-        return In(self.lhs, list(self.rhs)).as_sql(compiler, connection)
+        return In(self.lhs, [each for each in self.rhs if each is not None]).as_sql(compiler, connection)
 
     def as_postgresql(self, compiler: Any, connection: Any) -> Any:
         lhs, lhs_params = self.process_lhs(compiler, connection)

@@ -958,6 +958,7 @@ def test_the_dashboard_lists_due_schedules_no_live_worker_can_fire(db: None) -> 
     hourly("a")
     hourly("b", workflow="tests.countdown", args=[1])
     hourly("c", workflow="tests.countdown", args=[1])
+    hourly("d-later", workflow="tests.countdown", args=[1])
     hourly("later")
     Schedule.objects.filter(pk="a").update(next_fire_at=now - timedelta(minutes=5))
     Schedule.objects.filter(pk__in=["b", "c"]).update(next_fire_at=now - timedelta(hours=2))
@@ -975,6 +976,8 @@ def test_the_dashboard_lists_due_schedules_no_live_worker_can_fire(db: None) -> 
     assert tile is not None and '<span class="weft-tile-count">3</span>' in tile.group(0)
     rows = dict(re.findall(r'<tr data-stranded-schedules="([^"]+)">(.*?)</tr>', html, re.S))
     assert list(rows) == ["tests.countdown", "tests.echo"]
-    assert f'<a href="{list_url("workflow=tests.countdown")}">2</a>' in rows["tests.countdown"]
+    due_link = list_url("workflow=tests.countdown&due=now")
+    assert f'<a href="{due_link.replace("&", "&amp;")}">2</a>' in rows["tests.countdown"]
     assert "<td>2 h 0 min</td>" in rows["tests.countdown"] and "<td>5 min" in rows["tests.echo"]
-    assert set(list_rows(root.get(list_url("workflow=tests.countdown")))) == {"b", "c"}
+    assert set(list_rows(root.get(due_link))) == {"b", "c"}  # not its schedule due later
+    assert set(list_rows(root.get(list_url("due=now")))) == {"a", "b", "c"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -37,3 +38,19 @@ def test_it_selects_the_rows_of_the_keys_given_whatever_their_form(on_postgres: 
         assert all("= ANY(" in text and " IN (" not in text for text in sql), sql
     else:
         assert all(" IN (" in text for text in sql[:4]), sql
+
+
+def test_values_are_converted_as_an_in_list_converts_them() -> None:
+    run_id = client.start("tests.echo").run_id
+    mixed = [uuid.UUID(run_id), str(uuid.uuid4()), None]  # a UUID, a string, and None
+    assert list(WorkflowRun.objects.filter(any_of("pk", mixed)).values_list("pk", flat=True)) == [
+        uuid.UUID(run_id)
+    ]
+    assert not WorkflowRun.objects.exclude(any_of("pk", [run_id, None])).exists()
+    other = client.start("tests.echo").run_id
+    assert list(WorkflowRun.objects.exclude(any_of("pk", [run_id, None])).values_list("pk", flat=True)) == [
+        uuid.UUID(other)
+    ]
+    with pytest.raises(ValidationError):  # before any SQL: the transaction is not aborted
+        list(WorkflowRun.objects.filter(any_of("pk", ["not a uuid"])))
+    assert WorkflowRun.objects.count() == 2

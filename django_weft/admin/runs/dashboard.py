@@ -461,7 +461,7 @@ class ScheduleFigures:
             stranded_rows=tuple(
                 StrandedScheduleRow(
                     name=group.name,
-                    due=Figure(group.due, link(workflow=group.name)),
+                    due=Figure(group.due, link(workflow=group.name, due="now")),
                     oldest_due_for=format_duration(max(coverage.read_at - group.oldest_due_at, timedelta(0))),
                 )
                 for group in coverage.stranded_schedules

@@ -26,6 +26,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
+from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -104,6 +105,23 @@ class ScheduleWorkflowFilter(admin.SimpleListFilter):
         return queryset.filter(workflow_name=value) if value else queryset
 
 
+class DueFilter(admin.SimpleListFilter):
+    """The schedules whose next fire is due (not paused, next fire at or before now): the
+    ones the tick has yet to fire (the dashboard links here for a workflow no live worker
+    has registered)."""
+
+    title = "due"
+    parameter_name = "due"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("now", "due now")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+        if self.value() != "now":
+            return queryset
+        return queryset.filter(paused=False, next_fire_at__lte=timezone.now())
+
+
 class DeclaredInCodeFilter(admin.BooleanFieldListFilter):
     """``managed``, said as the list says it."""
 
@@ -173,6 +191,7 @@ class ScheduleAdmin(ConfirmedActionsAdmin):
         "paused",
         ("managed", DeclaredInCodeFilter),
         ScheduleWorkflowFilter,
+        DueFilter,
         "overlap",
         LastOutcomeFilter,
     )
