@@ -143,13 +143,18 @@ def always_fails_workflow(ctx: Any, key: str) -> None:
     ctx.run(always_fails, key)
 
 
-@activity(name="tests.durable_retry", retry=RetryPolicy(max_attempts=3, initial_interval=0.5, backoff=1.0))
-def durable_retry(key: str) -> int:
+def fails_its_first_attempt(key: str) -> int:
+    """Records each attempt (``<key>:attempt<n>``); the first fails."""
     attempt = activity_info().attempt
     SideEffect.objects.create(key=f"{key}:attempt{attempt}")
     if attempt == 1:
         raise ConnectionError("first attempt fails")
     return attempt
+
+
+@activity(name="tests.durable_retry", retry=RetryPolicy(max_attempts=3, initial_interval=0.5, backoff=1.0))
+def durable_retry(key: str) -> int:
+    return fails_its_first_attempt(key)
 
 
 @workflow(name="tests.durable_retry")
@@ -583,11 +588,7 @@ def changing_update(ctx: Any, key: str) -> int:
 @activity(name="tests.m.retry_later", retry=RetryPolicy(max_attempts=3, initial_interval=60))
 def retry_later(key: str) -> int:
     """Fails its first attempt; the next one comes a minute later (a durable retry)."""
-    attempt = activity_info().attempt
-    SideEffect.objects.create(key=f"{key}:attempt{attempt}")
-    if attempt == 1:
-        raise ConnectionError("first attempt fails")
-    return attempt
+    return fails_its_first_attempt(key)
 
 
 @workflow(name="tests.m.retrying_update")
