@@ -25,6 +25,7 @@ time, so every process computes the same delay for the same fire.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 from collections.abc import Iterator
@@ -225,36 +226,35 @@ class ScheduleSpec:
     def next_after(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after`` (UTC), or ``None`` when the
         schedule has ended (past ``end_at``, or a cron that matches no later date)."""
+        return next(self.times_after(after), None)
+
+    def times_after(self, after: datetime) -> Iterator[datetime]:
+        """The fire times strictly after ``after`` (UTC), oldest first, until the schedule
+        ends: what :meth:`next_after` gives when called on each in turn. A cron
+        expression is read once for all of them (reading it is most of a time's cost)."""
         after = _aware_utc(after, "after")
         if self.start_at is not None and after < self.start_at:
             after = _just_before(self.start_at)
+        # Past year 9999 (in UTC or in the zone's wall clock) no datetime can hold a time:
+        # for this schedule there is none.
         try:
-            found = self._next_cron(after) if self.cron is not None else self._next_interval(after)
+            moments = self._cron_times(after) if self.cron is not None else self._interval_times(after)
+            for found in moments:
+                if self.end_at is not None and found > self.end_at:
+                    return
+                yield found
         except (OverflowError, ValueError):
-            # Past year 9999 (in UTC or in the zone's wall clock): no time a datetime can
-            # hold, so for this schedule there is none.
-            return None
-        if found is None or (self.end_at is not None and found > self.end_at):
-            return None
-        return found
+            return
 
     def fire_times(self, after: datetime, count: int) -> list[datetime]:
         """The next ``count`` fire times after ``after``."""
-        times: list[datetime] = []
-        moment: datetime | None = after
-        while len(times) < count and moment is not None:
-            moment = self.next_after(moment)
-            if moment is not None:
-                times.append(moment)
-        return times
+        return list(itertools.islice(self.times_after(after), count))
 
     def between(self, start: datetime, end: datetime) -> Iterator[datetime]:
         """Every fire time ``t`` with ``start <= t <= end``, oldest first."""
         end = _aware_utc(end, "end")
-        moment: datetime | None = _just_before(_aware_utc(start, "start"))
-        while True:
-            moment = self.next_after(moment) if moment is not None else None
-            if moment is None or moment > end:
+        for moment in self.times_after(_just_before(_aware_utc(start, "start"))):
+            if moment > end:
                 return
             yield moment
 
@@ -280,9 +280,14 @@ class ScheduleSpec:
     def _never_fires(self, start: datetime | None) -> bool:
         """Whether the cron expression matches no date from ``start`` on (30 February)."""
         try:
-            return self._next_cron(start or datetime(2000, 1, 1, tzinfo=UTC)) is None
+            return next(self._cron_times(start or datetime(2000, 1, 1, tzinfo=UTC)), None) is None
         except (OverflowError, ValueError):
             return False  # it matched; the next match is past year 9999
+
+    def _interval_times(self, after: datetime) -> Iterator[datetime]:
+        while True:
+            after = self._next_interval(after)
+            yield after
 
     def _next_interval(self, after: datetime) -> datetime:
         assert self.every is not None
@@ -295,7 +300,8 @@ class ScheduleSpec:
             moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=step * self.every + self.offset)
         return moment
 
-    def _next_cron(self, after: datetime) -> datetime | None:
+    def _cron_times(self, after: datetime) -> Iterator[datetime]:
+        """The cron's instants after ``after``, from one reading of the expression."""
         assert self.cron is not None
         zone = ZoneInfo(self.timezone)
         expression = self.cron  # normalized by build()
@@ -305,15 +311,19 @@ class ScheduleSpec:
         # repeated wall-clock time fires once.
         wall = after.astimezone(zone).replace(tzinfo=None, fold=0)
         candidates = croniter(expression, wall, second_at_beginning=seconds)
-        for _ in range(_SEARCH_LIMIT):
+        skipped = 0
+        while skipped < _SEARCH_LIMIT:
             try:
                 local: datetime = candidates.get_next(datetime)
             except CroniterBadDateError:
-                return None
+                return
             instant = _existing_instant(local, zone)
-            if instant is not None and instant > after:
-                return instant
-        return None
+            if instant is None or instant <= after:
+                skipped += 1
+                continue
+            skipped = 0
+            after = instant
+            yield instant
 
 
 def _just_before(moment: datetime) -> datetime:

@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from django_weft.engine.schedule_firing import (
+    MAX_CATCHUP_TICKS,
     MAX_FIRES_PER_TICK,
+    MAX_MISSED_PER_TICK,
     FireAction,
     OverlapPolicy,
     decide_overlap,
@@ -59,6 +61,38 @@ def test_fires_per_tick_are_bounded() -> None:
     due = due_fires(spec, utc(2027, 1, 1), now, catchup_window=86400)
     assert len(due.start) == MAX_FIRES_PER_TICK
     assert due.next_fire_at == utc(2027, 1, 1) + timedelta(seconds=MAX_FIRES_PER_TICK)
+
+
+def test_a_cron_far_behind_counts_its_missed_fires_over_several_ticks() -> None:
+    # Every minute, in a zone with a DST change in the gap; 20 days down: 28,800 missed.
+    spec = ScheduleSpec.build(cron="* * * * *", timezone="Europe/Rome")
+    now, first = utc(2027, 4, 5, 12, 0, 30), utc(2027, 3, 16, 12)
+    exact = sum(1 for _ in spec.between(first, now - timedelta(seconds=60)))
+    ticks, total, moment = 0, 0, first
+    while True:
+        due = due_fires(spec, moment, now, catchup_window=60)
+        ticks += 1
+        total += due.missed
+        assert due.missed <= MAX_MISSED_PER_TICK and not due.estimated
+        if due.start:
+            break
+        assert due.next_fire_at is not None and due.next_fire_at < now  # still due: the next tick goes on
+        moment = due.next_fire_at
+    assert total == exact and ticks == -(-exact // MAX_MISSED_PER_TICK)
+    assert due.start == [utc(2027, 4, 5, 12)]
+    assert due.last_missed == utc(2027, 4, 5, 11, 59)
+
+
+def test_a_cron_further_behind_than_its_catch_up_ticks_skips_with_an_estimate() -> None:
+    spec = ScheduleSpec.build(cron="* * * * * *")  # every second
+    now = utc(2027, 1, 31, 0, 0, 30)
+    due = due_fires(spec, utc(2027, 1, 1), now, catchup_window=10)
+    exact = 30 * 86400 + 30 - 10
+    assert due.estimated and exact > MAX_MISSED_PER_TICK * MAX_CATCHUP_TICKS
+    assert abs(due.missed - exact) <= exact // 1000
+    assert due.last_missed == utc(2027, 1, 31, 0, 0, 19)
+    assert due.start[0] == utc(2027, 1, 31, 0, 0, 20) and due.start[-1] == now
+    assert due.next_fire_at == now + timedelta(seconds=1)
 
 
 @pytest.mark.parametrize(

@@ -212,3 +212,25 @@ def test_no_fire_time_past_year_9999(options: dict) -> None:
     first = datetime.min.replace(tzinfo=UTC)
     assert ScheduleSpec.build(**options, start_at=first).next_after(utc(2027, 1, 1)) is not None
     assert list(ScheduleSpec.build(**options).between(first, first)) in ([], [first])
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone"),
+    [
+        ("*/15 2 * * *", "Europe/Berlin"),  # in the hour clocks skip and repeat
+        ("30 1 * * *", "America/Santiago"),
+        ("*/20 * * * * *", "Australia/Lord_Howe"),  # a half-hour change, seconds
+        ("15 1 * 3,10,11 sun", "Europe/London"),
+        ("0 0 29 2 *", "UTC"),
+    ],
+)
+def test_times_after_goes_on_as_next_after_from_each_time(cron: str, zone: str) -> None:
+    spec = ScheduleSpec.build(cron=cron, timezone=zone, end_at=datetime(2029, 1, 1, tzinfo=UTC))
+    for start in (datetime(2026, 3, 20, tzinfo=UTC), datetime(2026, 10, 25, 0, 59, tzinfo=UTC)):
+        stepped: list[datetime] = []
+        moment = spec.next_after(start)
+        while moment is not None and len(stepped) < 2000:
+            stepped.append(moment)
+            moment = spec.next_after(moment)
+        assert spec.fire_times(start, 2000) == stepped
+    assert list(spec.times_after(datetime(2028, 12, 31, 23, 59, tzinfo=UTC)))[-1:] <= [spec.end_at]

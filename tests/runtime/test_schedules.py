@@ -21,6 +21,7 @@ from django_weft import (
     runtime,
 )
 from django_weft.engine.registry import registry
+from django_weft.engine.schedule_firing import MAX_MISSED_PER_TICK
 from django_weft.models import Schedule, WorkflowRun
 from django_weft.runtime import fire_due_schedules, get_store
 from django_weft.testing import drive
@@ -174,6 +175,25 @@ def test_catch_up_starts_fires_inside_the_window_and_counts_older_ones() -> None
     assert schedule.missed_count == 11 - len(started)
     assert schedule.last_missed_at is not None and schedule.last_missed_at < base + timedelta(minutes=6)
     assert schedule.fired_count == len(started)
+
+
+def test_a_cron_schedule_far_behind_counts_its_missed_fires_over_ticks_then_fires() -> None:
+    """A week of a per-minute cron missed: each tick counts at most MAX_MISSED_PER_TICK in its
+    short transaction and leaves the schedule due; the one that gets through starts the fire."""
+    client.create_schedule("behind", "tests.echo", cron="* * * * *", overlap="allow_all")
+    start = come_due("behind", ago=7 * 86400).replace(second=0) + timedelta(minutes=1)
+    Schedule.objects.filter(pk="behind").update(next_fire_at=start)
+    ticks = 0
+    while not runs_of("behind"):
+        fire_due_schedules(100)
+        ticks += 1
+        assert ticks <= 5
+    schedule = Schedule.objects.get(pk="behind")
+    assert ticks == -(-schedule.missed_count // MAX_MISSED_PER_TICK) and ticks > 1
+    assert abs(schedule.missed_count - 7 * 1440) <= 2  # each minute of the week, bar the last one or two
+    assert schedule.next_fire_at is not None and schedule.next_fire_at > now()
+    missed = [action for action in schedule.recent_actions if action["outcome"] == "missed"]
+    assert sum(int(action["detail"].split()[0]) for action in missed) == schedule.missed_count
 
 
 def _open_run_and_next_fire(schedule_id: str, overlap: str) -> tuple[WorkflowRun, WorkflowRun | None]:

@@ -181,11 +181,10 @@ def _tick_schedule(schedule: Schedule, now: datetime) -> None:
     if due.missed:
         schedule.missed_count += due.missed
         schedule.last_missed_at = due.last_missed
+        count = f"about {due.missed}" if due.estimated else str(due.missed)
         _record(schedule, {"scheduled_at": _iso(due.last_missed), "actual_at": _iso(now), "outcome": "missed",
-                           "detail": f"{due.missed} fire(s) older than the catch-up window"})  # fmt: skip
-        logger.warning(
-            "schedule %s: %s fire(s) missed (the last at %s)", schedule.id, due.missed, due.last_missed
-        )
+                           "detail": f"{count} fire(s) older than the catch-up window"})  # fmt: skip
+        logger.warning("schedule %s: %s fire(s) missed (the last at %s)", schedule.id, count, due.last_missed)
     _fire(schedule, due.start, now, policy=None, source="schedule")
     schedule.next_fire_at = due.next_fire_at
 
