@@ -8,7 +8,6 @@ starting the runs and advancing the schedule commit together or not at all.
 from __future__ import annotations
 
 import enum
-import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -22,11 +21,6 @@ MAX_MISSED_PER_TICK = 5000
 """A cron schedule's missed fires are counted one by one (20 to 35 µs each: its cron
 arithmetic in its time zone), at most this many in one tick; the rest stay due and the
 next tick goes on counting, so a long outage never holds a tick's transaction long."""
-
-MAX_CATCHUP_TICKS = 100
-"""A cron schedule more than this many ticks' worth of missed fires behind (estimated from
-the ones counted) skips the rest up to the catch-up window at once, and the count of those
-is an estimate: it would otherwise count for longer than its new fires wait."""
 
 
 class OverlapPolicy(enum.StrEnum):
@@ -87,9 +81,9 @@ class DueFires:
     last_missed: datetime | None
     next_fire_at: datetime | None
     """The first scheduled time not handled by this tick (``None``: the schedule ended)."""
-    estimated: bool = False
-    """``missed`` holds an estimate of the fires skipped past the ones counted (a cron
-    schedule more than :data:`MAX_CATCHUP_TICKS` ticks behind)."""
+    counting: bool = False
+    """More missed fires remain to count: ``next_fire_at`` is the first of them (a cron
+    schedule more than :data:`MAX_MISSED_PER_TICK` behind), nothing starts this tick."""
 
 
 def due_fires(spec: ScheduleSpec, next_fire_at: datetime, now: datetime, catchup_window: float) -> DueFires:
@@ -97,12 +91,10 @@ def due_fires(spec: ScheduleSpec, next_fire_at: datetime, now: datetime, catchup
     (older than ``now - catchup_window``) and ones to start (at most
     :data:`MAX_FIRES_PER_TICK`). A cron schedule counts at most
     :data:`MAX_MISSED_PER_TICK` missed times a tick: further behind, it starts nothing
-    now and the next tick goes on counting from where this one stopped (further than
-    :data:`MAX_CATCHUP_TICKS` ticks behind, it skips the rest with an estimated count)."""
+    now, and the next tick goes on counting from where this one stopped."""
     cutoff = now - timedelta(seconds=catchup_window)
     missed = 0
     last_missed: datetime | None = None
-    estimated = False
     moment: datetime | None = next_fire_at
     later = spec.times_after(next_fire_at)
     if moment is not None and moment < cutoff:
@@ -116,40 +108,18 @@ def due_fires(spec: ScheduleSpec, next_fire_at: datetime, now: datetime, catchup
             later = spec.times_after(cutoff - timedelta(microseconds=1))
             moment = next(later, None)
         else:
-            first = moment
             while moment is not None and moment < cutoff and missed < MAX_MISSED_PER_TICK:
                 missed += 1
                 last_missed = moment
                 moment = next(later, None)
             if moment is not None and moment < cutoff:
-                mean = (moment - first) / missed  # between the times counted
-                behind = (cutoff - moment) / mean
-                if behind <= MAX_MISSED_PER_TICK * MAX_CATCHUP_TICKS:
-                    # The next tick goes on counting from here: it stays due.
-                    return DueFires(start=[], missed=missed, last_missed=last_missed, next_fire_at=moment)
-                last_missed = _last_before(spec, cutoff, mean) or last_missed
-                missed += max(round(behind), 1)
-                estimated = True
-                later = spec.times_after(cutoff - timedelta(microseconds=1))
-                moment = next(later, None)
+                # The next tick goes on counting from here: the schedule stays due.
+                return DueFires([], missed, last_missed, next_fire_at=moment, counting=True)
     start: list[datetime] = []
     while moment is not None and moment <= now and len(start) < MAX_FIRES_PER_TICK:
         start.append(moment)
         moment = next(later, None)
-    return DueFires(
-        start=start, missed=missed, last_missed=last_missed, next_fire_at=moment, estimated=estimated
-    )
-
-
-def _last_before(spec: ScheduleSpec, moment: datetime, mean: timedelta) -> datetime | None:
-    """The last fire time before ``moment``, looked for over the few ``mean`` intervals
-    before it (``None`` if none falls there)."""
-    found = None
-    for time in itertools.islice(spec.times_after(moment - 4 * mean), 64):
-        if time >= moment:
-            break
-        found = time
-    return found
+    return DueFires(start=start, missed=missed, last_missed=last_missed, next_fire_at=moment)
 
 
 def _interval_count(spec: ScheduleSpec, first: datetime, before: datetime) -> int:

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from django_weft.engine.schedule_firing import (
-    MAX_CATCHUP_TICKS,
     MAX_FIRES_PER_TICK,
     MAX_MISSED_PER_TICK,
     FireAction,
@@ -73,9 +72,11 @@ def test_a_cron_far_behind_counts_its_missed_fires_over_several_ticks() -> None:
         due = due_fires(spec, moment, now, catchup_window=60)
         ticks += 1
         total += due.missed
-        assert due.missed <= MAX_MISSED_PER_TICK and not due.estimated
+        assert due.missed <= MAX_MISSED_PER_TICK
         if due.start:
+            assert not due.counting
             break
+        assert due.counting
         assert due.next_fire_at is not None and due.next_fire_at < now  # still due: the next tick goes on
         moment = due.next_fire_at
     assert total == exact and ticks == -(-exact // MAX_MISSED_PER_TICK)
@@ -83,16 +84,18 @@ def test_a_cron_far_behind_counts_its_missed_fires_over_several_ticks() -> None:
     assert due.last_missed == utc(2027, 4, 5, 11, 59)
 
 
-def test_a_cron_further_behind_than_its_catch_up_ticks_skips_with_an_estimate() -> None:
-    spec = ScheduleSpec.build(cron="* * * * * *")  # every second
-    now = utc(2027, 1, 31, 0, 0, 30)
-    due = due_fires(spec, utc(2027, 1, 1), now, catchup_window=10)
-    exact = 30 * 86400 + 30 - 10
-    assert due.estimated and exact > MAX_MISSED_PER_TICK * MAX_CATCHUP_TICKS
-    assert abs(due.missed - exact) <= exact // 1000
-    assert due.last_missed == utc(2027, 1, 31, 0, 0, 19)
-    assert due.start[0] == utc(2027, 1, 31, 0, 0, 20) and due.start[-1] == now
-    assert due.next_fire_at == now + timedelta(seconds=1)
+def test_an_end_inside_the_missed_range_stops_the_count_there() -> None:
+    spec = ScheduleSpec.build(cron="* * * * * *", end_at=utc(2027, 1, 1, 2))  # every second, two hours
+    moment, total = utc(2027, 1, 1), 0
+    while True:
+        due = due_fires(spec, moment, utc(2027, 1, 31), catchup_window=10)
+        total += due.missed
+        if not due.counting:
+            break
+        assert due.next_fire_at is not None
+        moment = due.next_fire_at
+    assert total == 2 * 3600 + 1 and due.last_missed == utc(2027, 1, 1, 2)
+    assert due.start == [] and due.next_fire_at is None
 
 
 @pytest.mark.parametrize(

@@ -181,10 +181,18 @@ def _tick_schedule(schedule: Schedule, now: datetime) -> None:
     if due.missed:
         schedule.missed_count += due.missed
         schedule.last_missed_at = due.last_missed
-        count = f"about {due.missed}" if due.estimated else str(due.missed)
+        count = due.missed
+        latest = schedule.recent_actions[0] if schedule.recent_actions else {}
+        if latest.get("outcome") == "missed" and latest.get("counting"):
+            # The ticks of one catch-up make one action: the earlier ones' count is added.
+            count += int(latest.get("count", 0))
+            schedule.recent_actions = schedule.recent_actions[1:]
+        detail = f"{count} fire(s) older than the catch-up window" + (" so far" if due.counting else "")
         _record(schedule, {"scheduled_at": _iso(due.last_missed), "actual_at": _iso(now), "outcome": "missed",
-                           "detail": f"{count} fire(s) older than the catch-up window"})  # fmt: skip
-        logger.warning("schedule %s: %s fire(s) missed (the last at %s)", schedule.id, count, due.last_missed)
+                           "detail": detail, "count": count, "counting": due.counting})  # fmt: skip
+        more = "; counting goes on at the next tick" if due.counting else ""
+        logger.warning("schedule %s: %s fire(s) missed (the last at %s)%s", schedule.id, due.missed,
+                       due.last_missed, more)  # fmt: skip
     _fire(schedule, due.start, now, policy=None, source="schedule")
     schedule.next_fire_at = due.next_fire_at
 
