@@ -15,6 +15,7 @@ from ..engine.errors import ScheduleAlreadyExists, ScheduleNotFound
 from ..models import Schedule
 from ..models.querysets import WorkflowRunQuerySet
 from .sql import StoreSql
+from .statement_parts import any_of
 
 SYNC_LOCK = 7325
 """The advisory lock space of the declared schedules' sync (the others: 7321-7324)."""
@@ -120,12 +121,18 @@ class ScheduleRows:
         return self._schedules().filter(buffered_count__gt=0, paused=False)
 
     def claim_due_schedules(
-        self, now: datetime, batch: int, workflows: Collection[str] | None = None
+        self,
+        now: datetime,
+        batch: int,
+        workflows: Collection[str] | None = None,
+        passed: Collection[str] = (),
     ) -> list[Schedule]:
         """Lock up to ``batch`` schedules due at ``now`` (oldest first), skipping those
-        another ticker holds, of the ``workflows`` given (all without). In the caller's
-        transaction."""
+        another ticker holds, of the ``workflows`` given (all without), but for the ids
+        ``passed`` (ticked already by this caller, still due). In the caller's transaction."""
         due = _of(self.due_schedules(now), workflows)
+        if passed:
+            due = due.exclude(any_of("pk", passed))
         return list(due.order_by("next_fire_at").select_for_update(skip_locked=True)[:batch])
 
     def claim_buffered_schedules(

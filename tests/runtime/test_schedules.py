@@ -197,6 +197,20 @@ def test_a_cron_schedule_far_behind_counts_its_missed_fires_over_ticks_then_fire
     assert missed["scheduled_at"] == schedule.last_missed_at.isoformat().replace("+00:00", "Z")
 
 
+def test_a_schedule_left_due_by_its_tick_waits_for_the_next_one_and_the_others_go_first() -> None:
+    """Batches of one: the schedule a week behind is counted once in this call (its first
+    5,000 missed times), then the schedule due on time fires in the same call."""
+    client.create_schedule("behind", "tests.echo", cron="* * * * *", overlap="allow_all")
+    client.create_schedule("ontime", "tests.echo", every="1h", overlap="allow_all")
+    come_due("behind", ago=7 * 86400)
+    come_due("ontime")
+    assert fire_due_schedules(1) == 2
+    assert Schedule.objects.get(pk="behind").missed_count == MAX_MISSED_PER_TICK and not runs_of("behind")
+    assert len(runs_of("ontime")) == 1
+    assert fire_due_schedules(1) == 1  # the next tick goes on counting
+    assert Schedule.objects.get(pk="behind").missed_count == 2 * MAX_MISSED_PER_TICK
+
+
 def _open_run_and_next_fire(schedule_id: str, overlap: str) -> tuple[WorkflowRun, WorkflowRun | None]:
     """Two hourly fires come due at once (the last full hour and the one before); the
     first one's run waits for a signal, so it is still open at the second."""

@@ -121,13 +121,18 @@ def fire_due_schedules(batch: int, pending: tuple[bool, bool] | None = None) -> 
     # and would lose the fire; it leaves it due for a process that can.
     workflows = registry.workflow_names()
     any_due, any_buffered = pending if pending is not None else store.schedules.schedule_work_pending()
+    # Schedules a tick left due (a cron counting a long outage's missed times, or more
+    # fires than one tick starts) go on at the next tick: later batches of this one take
+    # the others, which would otherwise wait behind them.
+    still_due: set[str] = set()
     while any_due:
         with transaction.atomic(using=store.alias):
             now = store.db_now()
-            due = store.schedules.claim_due_schedules(now, batch, workflows)
+            due = store.schedules.claim_due_schedules(now, batch, workflows, passed=still_due)
             ticked = [schedule for schedule in due if _tick_one(schedule, now)]
             store.schedules.save_schedules(ticked, _STATE_FIELDS)
         handled += len(ticked)
+        still_due.update(s.pk for s in ticked if s.next_fire_at is not None and s.next_fire_at <= now)
         if len(due) < batch or not ticked:  # (a batch that all failed would come back as it is)
             break
     after = ""
