@@ -189,13 +189,13 @@ def live_window() -> float:
     return float(weft_settings.LEASE_TTL)
 
 
-def worker_coverage(report: StatusReport, *, may_lag: bool = False) -> WorkerCoverage:
+def worker_coverage(report: StatusReport, *, may_lag: bool = False, schedules: bool = True) -> WorkerCoverage:
     """The live workers, and, from ``report``'s counts per workflow, the active runs
     (pending, running, waiting, suspended) of workflows that no live worker has
     registered; and the due schedules of such workflows. Two queries besides the report
     (the worker table, the due schedules of workflows no live worker has), as of the
     report's database time. ``may_lag``: read from ``WEFT_READ_DATABASE`` (as the report
-    was)."""
+    was). ``schedules=False`` leaves the schedules out (no second query)."""
     store = get_store(may_lag=may_lag)
     read_at, rows = store.workers.live(live_window(), now=report.read_at)
     live = tuple(WorkerRecord.of(row) for row in rows)
@@ -206,5 +206,10 @@ def worker_coverage(report: StatusReport, *, may_lag: bool = False) -> WorkerCov
         waiting = {status: n for status, n in counts.items() if status in active and n}
         if waiting and name not in known:
             stranded.append(StrandedWorkflow(name, waiting))
-    schedules = tuple(StrandedSchedules(*row) for row in store.schedules.due_by_workflow(read_at, known))
-    return WorkerCoverage(live=live, stranded=tuple(stranded), read_at=read_at, stranded_schedules=schedules)
+    due = store.schedules.due_by_workflow(read_at, known) if schedules else []
+    return WorkerCoverage(
+        live=live,
+        stranded=tuple(stranded),
+        read_at=read_at,
+        stranded_schedules=tuple(StrandedSchedules(*row) for row in due),
+    )

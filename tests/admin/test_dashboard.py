@@ -382,6 +382,7 @@ def test_the_query_count_does_not_grow_with_the_runs(
     )
     many = _queries(viewer)
     assert len(many) == few
+    assert not any("django_weft_schedule" in query["sql"] for query in many)  # not theirs to see
     # Session and user, the user's permissions (two), the figures (seven at most), the
     # waited step of the oldest waiting run, the live workers, the busiest concurrency keys,
     # the rate limits behind, the busiest activity concurrency groups.

@@ -73,9 +73,10 @@ def dashboard_view(request: HttpRequest, model_admin: admin.ModelAdmin[WorkflowR
     report = runtime.status_report(may_lag=lag)
     finished = runtime.finished_per_minute(SPARKLINE_MINUTES, now=report.read_at, may_lag=lag)
     changelist = admin_url(WorkflowRun, "changelist", site=model_admin.admin_site.name)
-    coverage = runtime.worker_coverage(report, may_lag=lag)
+    shows_schedules = OPERATIONS["view_schedule"].allowed(request.user)
+    coverage = runtime.worker_coverage(report, may_lag=lag, schedules=shows_schedules)
     schedules = None
-    if OPERATIONS["view_schedule"].allowed(request.user):
+    if shows_schedules:
         schedules = ScheduleFigures.read(coverage, admin_name=model_admin.admin_site.name, may_lag=lag)
     workers = WorkerFigures.build(coverage, changelist_url=changelist)
     keys = KeyRow.build_all(runtime.busiest_keys(now=report.read_at, may_lag=lag), changelist_url=changelist)
