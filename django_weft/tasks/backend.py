@@ -84,18 +84,23 @@ class WeftTaskBackend(framework.BaseTaskBackend):
                     f"run_after is {task.run_after.isoformat()}, more than 100 years ahead: give a "
                     "nearer time"
                 )
+        attributes = {runner.TASK_ATTRIBUTE: self.alias, runner.QUEUE_ATTRIBUTE: task.queue_name}
+        if task.run_after is not None:
+            attributes[runner.RUN_AFTER_ATTRIBUTE] = task.run_after.isoformat()
         options = runtime.StartOptions(
             start_delay=delay if delay is not None and delay > 0 else None,
             # The framework takes any whole number (5.0, True) in its range; the run's is an int.
             priority=int(task.priority),
-            search_attributes={runner.TASK_ATTRIBUTE: self.alias, runner.QUEUE_ATTRIBUTE: task.queue_name},
+            search_attributes=attributes,
         )
         try:
             started = runtime.start_with(task.module_path, list(args), dict(kwargs), options)
         except WorkflowArgumentsError as exc:
             # As calling the function with them would: nothing was written.
             raise TypeError(f"task {task.module_path} cannot take these arguments: {exc}") from None
-        enqueued_at = started.record.created_at if started.record is not None else timezone.now()
+        # The run's own time (a deferred start's is read back: its start returns no record).
+        record = started.record
+        enqueued_at = record.created_at if record is not None else runtime.get_run(started.run_id).created_at
         result = results.new_result(
             task, started.run_id, args, kwargs, enqueued_at=enqueued_at, backend=self.alias
         )

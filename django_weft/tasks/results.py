@@ -25,7 +25,7 @@ from ..engine.records import TERMINAL_STATUSES, RunStatus, StepStatus
 from ..engine.workflow_info import WorkflowInfo
 from ..runtime import HistoryEntry, RunRecord
 from . import framework
-from .runner import QUEUE_ATTRIBUTE, TASK_ATTRIBUTE
+from .runner import QUEUE_ATTRIBUTE, RUN_AFTER_ATTRIBUTE, TASK_ATTRIBUTE
 
 TASK_SEQ = 0
 """The position of a task run's one step."""
@@ -73,9 +73,8 @@ def first_attempt(
     backend = run.search_attributes.get(TASK_ATTRIBUTE)
     if not isinstance(backend, str):
         return None
-    queue = str(run.search_attributes.get(QUEUE_ATTRIBUTE) or task.queue_name)
     return new_result(
-        as_enqueued(task, run.priority, queue, backend),
+        as_enqueued(task, run.priority, run.search_attributes, backend),
         run.run_id,
         args,
         kwargs,
@@ -227,15 +226,20 @@ def _task_of(run: RunRecord, backend: str) -> framework.Task:
         raise framework.TaskResultDoesNotExist(
             f"run {run.run_id} is a task of {run.workflow!r}, which is not a task that can be imported here"
         )
-    queue = str(run.search_attributes.get(QUEUE_ATTRIBUTE) or task.queue_name)
-    return as_enqueued(task, run.priority, queue, backend)
+    return as_enqueued(task, run.priority, run.search_attributes, backend)
 
 
-def as_enqueued(task: framework.Task, priority: int, queue: str, backend: str) -> framework.Task:
-    """``task`` as it was enqueued: on that queue and backend, with that priority."""
+def as_enqueued(
+    task: framework.Task, priority: int, attributes: Mapping[str, Any], backend: str
+) -> framework.Task:
+    """``task`` as it was enqueued: on the queue and with the ``run_after`` its run's
+    search ``attributes`` hold, on that backend, with that priority."""
+    queue = str(attributes.get(QUEUE_ATTRIBUTE) or task.queue_name)
+    run_after = attributes.get(RUN_AFTER_ATTRIBUTE)
     try:
-        return task.using(priority=priority, queue_name=queue, backend=backend)
-    except framework.InvalidTask:
+        when = datetime.fromisoformat(run_after) if isinstance(run_after, str) else None
+        return task.using(priority=priority, queue_name=queue, backend=backend, run_after=when)
+    except (framework.InvalidTask, ValueError):
         return task  # the settings changed since (that queue or backend is gone): as defined
 
 

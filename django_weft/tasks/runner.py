@@ -38,6 +38,10 @@ TASK_ATTRIBUTE = "weft_task"
 QUEUE_ATTRIBUTE = "weft_queue"
 """The search attribute holding a task run's ``queue_name``."""
 
+RUN_AFTER_ATTRIBUTE = "weft_run_after"
+"""The search attribute holding a deferred task run's ``run_after`` (ISO 8601), so its
+result's task is the task as it was enqueued."""
+
 RUNS_ONCE = RetryPolicy(max_attempts=1)
 """A task without a retry policy runs once, as the framework specifies (an attempt lost
 with its worker is run again all the same: it did not fail)."""

@@ -216,6 +216,7 @@ def test_a_run_after_beyond_what_a_run_can_wait_is_an_invalid_task(weft: Any) ->
 def test_run_after_is_a_durable_timer(weft: Any) -> None:
     later = weft.now() + timedelta(hours=1)
     result = tasks.add.using(run_after=later).enqueue(1, 2)
+    assert result.enqueued_at == run_of(result).created_at
     weft.run_until_idle()
     result.refresh()
     assert result.status == READY and run_of(result).status == "pending"
@@ -227,6 +228,10 @@ def test_run_after_is_a_durable_timer(weft: Any) -> None:
     result.refresh()
     assert (result.status, result.return_value) == (SUCCESSFUL, 3)
     assert result.started_at >= later
+    # The result's task is the task as it was enqueued, its run_after too, read back as given.
+    assert result.task.run_after == later and tasks.add.get_result(result.id).task.run_after == later
+    assert tasks.add.get_result(result.id).enqueued_at == run_of(result).created_at
+    assert tasks.add.enqueue(1, 2).task.run_after is None
 
 
 def test_a_task_on_another_queue_runs_as_a_queued_step_on_it(weft: Any) -> None:
