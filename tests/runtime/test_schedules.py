@@ -211,6 +211,19 @@ def test_a_schedule_left_due_by_its_tick_waits_for_the_next_one_and_the_others_g
     assert Schedule.objects.get(pk="behind").missed_count == 2 * MAX_MISSED_PER_TICK
 
 
+def test_a_catch_up_paused_in_the_middle_and_a_later_one_are_two_actions() -> None:
+    handle = client.create_schedule("twice", "tests.echo", cron="* * * * *", overlap="allow_all")
+    come_due("twice", ago=7 * 86400)
+    fire_due_schedules(100)  # counting, still due
+    handle.pause()
+    handle.unpause()
+    come_due("twice", ago=2 * 86400)  # down again, later
+    fire_due_schedules(100)
+    missed = [a for a in Schedule.objects.get(pk="twice").recent_actions if a["outcome"] == "missed"]
+    assert len(missed) == 2 and missed[1]["count"] == MAX_MISSED_PER_TICK  # two actions, not one summed
+    assert abs(missed[0]["count"] - 2 * 1440) <= 1  # the later outage's own
+
+
 def _open_run_and_next_fire(schedule_id: str, overlap: str) -> tuple[WorkflowRun, WorkflowRun | None]:
     """Two hourly fires come due at once (the last full hour and the one before); the
     first one's run waits for a signal, so it is still open at the second."""

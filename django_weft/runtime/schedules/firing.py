@@ -26,7 +26,7 @@ from ...engine.schedule_firing import (
     due_fires,
     workflow_id_for,
 )
-from ...engine.schedule_spec import InvalidSchedule
+from ...engine.schedule_spec import InvalidSchedule, ScheduleSpec
 from ...models import Schedule
 from ..lifecycle import cancel
 from ..operations import BACKFILL_LIMIT
@@ -182,16 +182,16 @@ def _tick_schedule(schedule: Schedule, now: datetime) -> None:
     _start_buffered(schedule, now)
     if schedule.next_fire_at is None or schedule.next_fire_at > now:
         return
-    due = due_fires(spec_of(schedule), schedule.next_fire_at, now, schedule.catchup_window_seconds)
+    spec = spec_of(schedule)
+    due = due_fires(spec, schedule.next_fire_at, now, schedule.catchup_window_seconds)
     if due.missed:
+        count = due.missed
+        if _goes_on_counting(schedule, spec):
+            # The ticks of one catch-up make one action: the earlier ones' count is added.
+            count += int(schedule.recent_actions[0].get("count", 0))
+            schedule.recent_actions = schedule.recent_actions[1:]
         schedule.missed_count += due.missed
         schedule.last_missed_at = due.last_missed
-        count = due.missed
-        latest = schedule.recent_actions[0] if schedule.recent_actions else {}
-        if latest.get("outcome") == "missed" and latest.get("counting"):
-            # The ticks of one catch-up make one action: the earlier ones' count is added.
-            count += int(latest.get("count", 0))
-            schedule.recent_actions = schedule.recent_actions[1:]
         detail = f"{count} fire(s) older than the catch-up window" + (" so far" if due.counting else "")
         _record(schedule, {"scheduled_at": _iso(due.last_missed), "actual_at": _iso(now), "outcome": "missed",
                            "detail": detail, "count": count, "counting": due.counting})  # fmt: skip
@@ -200,6 +200,16 @@ def _tick_schedule(schedule: Schedule, now: datetime) -> None:
                        due.last_missed, more)  # fmt: skip
     _fire(schedule, due.start, now, policy=None, source="schedule")
     schedule.next_fire_at = due.next_fire_at
+
+
+def _goes_on_counting(schedule: Schedule, spec: ScheduleSpec) -> bool:
+    """Whether this tick's missed times continue the catch-up the newest recorded action
+    is counting: its last missed time is the one before the schedule's next fire (not an
+    earlier outage's, left by a pause in the middle of it)."""
+    latest = schedule.recent_actions[0] if schedule.recent_actions else {}
+    if latest.get("outcome") != "missed" or not latest.get("counting") or schedule.last_missed_at is None:
+        return False
+    return spec.next_after(schedule.last_missed_at) == schedule.next_fire_at
 
 
 def _fire(
