@@ -9,6 +9,8 @@ import itertools
 import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import pytest
@@ -17,6 +19,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_weft import client
+from django_weft.engine import clock
 from django_weft.engine.attempt import AttemptFlow
 from django_weft.engine.flow import Rate
 from django_weft.engine.registry import registry
@@ -60,6 +63,18 @@ def sleep_until(moment: datetime) -> None:
     time.sleep(max((moment - timezone.now()).total_seconds(), 0) + 0.01)
 
 
+@contextmanager
+def seen_at(moment: datetime) -> Iterator[None]:
+    """The engine and the store see ``moment`` as now: a turn that stands for a worker
+    coming that long after a moment, however slowly this machine runs it."""
+    frozen = clock.VirtualClock(moment)
+    clock.install(frozen)
+    try:
+        yield
+    finally:
+        clock.uninstall(frozen)
+
+
 def shape(run_id: str) -> list[tuple[int, str, str, str, int]]:
     return [
         (s["seq"], s["kind"], s["name"], s["status"], s["attempt"]) for s in export_history(run_id)["steps"]
@@ -91,7 +106,8 @@ def test_an_inline_attempt_over_its_rate_limit_parks_its_run_until_its_moment_an
     assert ran("paced:b") == []
 
     sleep_until(moment)
-    assert turn(second.run_id) == "completed"
+    with seen_at(moment + timedelta(milliseconds=10)):  # in time for its moment
+        assert turn(second.run_id) == "completed"
     (executed,) = ran("paced:b")
     assert executed >= moment
     done = step(second.run_id)
@@ -113,7 +129,8 @@ def test_an_attempt_too_late_for_its_moment_takes_a_new_one_behind_the_others() 
     # Its worker comes more than half an interval (100 ms) after its moment: started
     # now, it would run beside the attempt given the next moment. It takes a new one.
     sleep_until(given + timedelta(milliseconds=150))
-    assert turn(late.run_id) == "parked"
+    with seen_at(given + timedelta(milliseconds=150)):
+        assert turn(late.run_id) == "parked"
     assert until(late.run_id) == following + timedelta(milliseconds=200)
     assert (step(late.run_id).status, step(late.run_id).attempt) == ("delayed", 1)
     assert ran("paced:l2") == []
