@@ -43,6 +43,19 @@ _BUCKET_TABLE = RateLimitBucket._meta.db_table
 _SLOT_TABLE = ActivitySlot._meta.db_table
 
 
+def _group_name(activity: str, key: str) -> str:
+    """The name of the group ``(activity, key)`` its lock is taken by."""
+    return f"{activity}\x1f{key}"
+
+
+_GROUP_ARGS = "%(group)s::text, %(space)s::integer, %(activity)s::text, %(key)s::text"
+"""The arguments of a group that both slot functions take first."""
+
+
+def _group_params(activity: str, key: str) -> dict[str, Any]:
+    return {"group": _group_name(activity, key), "space": ACTIVITY_GROUPS, "activity": activity, "key": key}
+
+
 class ActivityFlow:
     """Rate limit buckets and activity concurrency slots."""
 
@@ -170,6 +183,10 @@ class ActivityFlow:
         running after its run was taken over) is not shared: this one waits, without a
         place in the queue, and looks again when its hold is over."""
         run_pk = uuid.UUID(str(run_id))
+        if self.sql.is_postgres:
+            in_use = self._take_free(activity, key, limit, run_pk, seq, ttl, holder)
+            if in_use is not None:
+                return SlotTaken(held=True, in_use=in_use)
         with self._group(activity, key) as now:
             until = now + timedelta(seconds=ttl)
             group = self._slots().filter(activity=activity, key=key)
@@ -232,10 +249,55 @@ class ActivityFlow:
         slot handed on to it and not yet taken up: the free slots go to the attempts
         queued first, whose runs are woken. A slot another execution holds stays its own.
         Returns the ids of the woken runs, to ring their doorbells."""
+        run_pk = uuid.UUID(str(run_id))
+        if self.sql.is_postgres:
+            if not self._give_back(activity, key, run_pk, seq, holder or ""):
+                return []
+            # Attempts wait: the free slots are handed on in a decision of their own. A
+            # take in between sees them waiting and queues behind them.
+            with self._group(activity, key) as now:
+                handed = self._hand_on(activity, key, limit, ttl, now)
+            return self._wake(handed)
         with self._group(activity, key) as now:
-            self._slots().filter(run_id=uuid.UUID(str(run_id)), seq=seq, holder=holder or "").delete()
+            self._slots().filter(run_id=run_pk, seq=seq, holder=holder or "").delete()
             handed = self._hand_on(activity, key, limit, ttl, now)
         return self._wake(handed)
+
+    def _take_free(
+        self, activity: str, key: str, limit: int, run_pk: uuid.UUID, seq: int, ttl: float, holder: str
+    ) -> int | None:
+        """On PostgreSQL, in one round trip under the group's lock (migration ``0029``'s
+        function): a slot for the attempt when it has no row of its own, nobody waits in
+        the group and one is free; how many are then in use, else ``None`` (undecided:
+        :meth:`take_slot` decides under the lock)."""
+        row = self.sql.fetch_prepared(
+            f"SELECT weft_take_free_slot({_GROUP_ARGS}, %(limit)s::integer, %(run)s::uuid, %(seq)s::integer, "
+            "%(ttl)s::double precision, %(holder)s::text, %(now)s::timestamptz)",
+            {
+                **_group_params(activity, key), "limit": limit, "run": run_pk, "seq": seq, "ttl": float(ttl),
+                "holder": holder, "now": None if self.sql.clock_in_sql else self.sql.local_now(),
+            },
+        )  # fmt: skip
+        assert row is not None
+        return None if row[0] is None else int(row[0])
+
+    def _give_back(self, activity: str, key: str, run_pk: uuid.UUID, seq: int, holder: str) -> bool:
+        """On PostgreSQL, in one round trip under the group's lock (migration ``0029``'s
+        function): delete the row of ``holder`` at ``(run_pk, seq)``; whether attempts
+        wait in the group. In a transaction of its own it commits without waiting for the
+        WAL flush: a slot given back that a crash of the database forgets stays taken
+        until its lease runs out, which lets fewer attempts run, never more
+        (docs/explanation/flow-control.md)."""
+        row = self.sql.fetch_prepared(
+            f"SELECT weft_give_slot_back({_GROUP_ARGS}, %(run)s::uuid, %(seq)s::integer, %(holder)s::text, "
+            "%(unhurried)s::boolean)",
+            {
+                **_group_params(activity, key), "run": run_pk, "seq": seq, "holder": holder,
+                "unhurried": not self.sql.connection.in_atomic_block,
+            },
+        )  # fmt: skip
+        assert row is not None
+        return bool(row[0])
 
     def _look(
         self, activity: str, key: str, now: datetime, run_pk: uuid.UUID | None = None, seq: int = 0
@@ -274,7 +336,7 @@ class ActivityFlow:
         lock (:func:`~.flow.group_lock`); yields the time read after the lock. It commits
         as every other transaction does (flushed): a slot forgotten by a database crash
         would let one more attempt run than the limit (docs/explanation/flow-control.md)."""
-        group = f"{activity}\x1f{key}"
+        group = _group_name(activity, key)
         if not self.sql.is_postgres:
             with group_lock(self.sql, group, ACTIVITY_GROUPS):
                 yield self.sql.local_now()

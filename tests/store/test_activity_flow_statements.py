@@ -13,11 +13,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from django_weft import Concurrency, client
 from django_weft.engine import clock
-from django_weft.engine.flow import Rate, gcra_take, to_micros
+from django_weft.engine.flow import Rate, SlotTaken, gcra_take, to_micros
 from django_weft.models import ActivitySlot, RateLimitBucket
 from django_weft.store import DjangoStore
 from django_weft.store.activity_flow import ActivityFlow
@@ -225,3 +226,89 @@ def test_a_handed_slot_taken_up_by_a_worker_meanwhile_is_not_taken_again(
     monkeypatch.setattr(ActivityFlow, "_look", look)
     assert ActivitySlot.objects.get(run_id=queued).holder == "worker"
     assert not flow.take_slot("act", "", 1, last, 0, 30, "last").held  # the limit counts it once
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_free_slot_is_taken_and_given_back_in_one_statement_each() -> None:
+    runs = [client.start("tests.echo").run_id for _ in range(3)]
+    flow = DjangoStore().activity_flow
+    with CaptureQueriesContext(connection) as taken:
+        assert flow.take_slot("act", "k", 2, runs[0], 0, 30, "h0") == SlotTaken(held=True, in_use=1)
+    with CaptureQueriesContext(connection) as second:
+        assert flow.take_slot("act", "k", 2, runs[1], 0, 30, "h1") == SlotTaken(held=True, in_use=2)
+    assert [len(taken), len(second)] == [1, 1], taken.captured_queries
+    slot = ActivitySlot.objects.get(run_id=runs[0])
+    assert (slot.activity, slot.key, slot.state, slot.holder) == ("act", "k", "held", "h0")
+    assert slot.lease_expires_at - slot.created_at == timedelta(seconds=30)
+    with CaptureQueriesContext(connection) as given_back:
+        assert flow.release_slot("act", "k", 2, runs[0], 0, 30, "h0") == []
+    assert len(given_back) == 1, given_back.captured_queries
+    assert not ActivitySlot.objects.filter(run_id=runs[0]).exists()
+    # In a transaction of its own it commits without waiting for the flush; inside the
+    # caller's transaction it leaves that transaction's commit as it was.
+    assert given_back.captured_queries[0]["sql"].endswith("true::boolean)")
+    with transaction.atomic():
+        assert flow.take_slot("act", "k", 2, runs[0], 0, 30, "h0").held
+        flow.release_slot("act", "k", 2, runs[0], 0, 30, "h0")
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+    # At the limit, the function leaves the decision to the lock's longer path: queued.
+    assert flow.take_slot("act", "k", 2, runs[0], 0, 30, "h0").held
+    with CaptureQueriesContext(connection) as queued:
+        assert flow.take_slot("act", "k", 2, runs[2], 0, 30, "h2") == SlotTaken(held=False, in_use=2)
+    assert len(queued) > 1
+    assert ActivitySlot.objects.get(run_id=runs[2]).state == "waiting"
+    # With an attempt waiting, a slot given back is handed on to it, and its run is woken.
+    flow.release_slot("act", "k", 2, runs[1], 0, 30, "h1")
+    assert flow.slot_held(runs[2], 0)
+
+
+def test_threads_taking_and_giving_back_slots_never_hold_more_than_the_limit() -> None:
+    limit, threads, rounds = 3, 8, 15
+    runs = [client.start("tests.echo").run_id for _ in range(threads)]
+    lock = threading.Lock()
+    holding, peak, held_rows = [0], [0], [0]
+    taken = [0]
+    failures: list[BaseException] = []
+    barrier = threading.Barrier(threads)
+
+    def work(run_id: str, n: int) -> None:
+        flow = DjangoStore().activity_flow
+        try:
+            barrier.wait()
+            for seq in range(rounds):
+                holder = f"t{n}-{seq}"
+                while True:
+                    if flow.take_slot("busy", "", limit, run_id, seq, 30, holder).held:
+                        break
+                    flow.release_slot("busy", "", limit, run_id, seq, 30, None)  # gives its place up
+                    time.sleep(0.001)
+                with lock:
+                    holding[0] += 1
+                    taken[0] += 1
+                    peak[0] = max(peak[0], holding[0])
+                rows = ActivitySlot.objects.filter(activity="busy", state="held", holder__gt="").count()
+                with lock:
+                    held_rows[0] = max(held_rows[0], rows)
+                time.sleep(0.002)
+                with lock:
+                    holding[0] -= 1
+                flow.release_slot("busy", "", limit, run_id, seq, 30, holder)
+        except BaseException as exc:  # pragma: no cover - reported below
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=work, args=(run, n)) for n, run in enumerate(runs)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert not failures, failures
+    assert taken[0] == threads * rounds
+    # Never more executions at once than the limit, by this process's count or by the
+    # table's; and the limit was reached (the threads did contend).
+    assert peak[0] == limit
+    assert held_rows[0] <= limit
+    assert not ActivitySlot.objects.filter(activity="busy", holder__gt="").exists()
