@@ -18,6 +18,7 @@ transaction of its own that locks the run row.
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -47,6 +48,14 @@ def _group_name(activity: str, key: str) -> str:
     """The name of the group ``(activity, key)`` its lock is taken by."""
     return f"{activity}\x1f{key}"
 
+
+_TAKE_FREE_SIGNATURE = (
+    "weft_take_free_slot(text, integer, text, text, integer, uuid, integer, double precision, text, "
+    "timestamptz)"
+)
+_GIVE_BACK_SIGNATURE = "weft_give_slot_back(text, integer, text, text, uuid, integer, text, boolean)"
+_HAS_SLOT_FUNCTIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The psycopg connections whose database has both slot functions (migration ``0029``)."""
 
 _GROUP_ARGS = "%(group)s::text, %(space)s::integer, %(activity)s::text, %(key)s::text"
 """The arguments of a group that both slot functions take first."""
@@ -89,7 +98,7 @@ class ActivityFlow:
         greatest = "GREATEST" if self.sql.is_postgres else "MAX"
         prefix = ""
         source = f"VALUES (%(name)s, %(key)s, {clock} + %(interval)s)"
-        if self.sql.is_postgres and not self.sql.connection.in_atomic_block:
+        if self.sql.is_postgres and self._own_transaction():
             # Its own transaction, committed without waiting for the WAL flush: a bucket
             # paces, it records nothing (docs/explanation/flow-control.md says what a crash
             # of the database forgets). The setting is read at the commit, at the end of
@@ -183,7 +192,7 @@ class ActivityFlow:
         running after its run was taken over) is not shared: this one waits, without a
         place in the queue, and looks again when its hold is over."""
         run_pk = uuid.UUID(str(run_id))
-        if self.sql.is_postgres:
+        if self._has_slot_functions():
             in_use = self._take_free(activity, key, limit, run_pk, seq, ttl, holder)
             if in_use is not None:
                 return SlotTaken(held=True, in_use=in_use)
@@ -250,7 +259,7 @@ class ActivityFlow:
         queued first, whose runs are woken. A slot another execution holds stays its own.
         Returns the ids of the woken runs, to ring their doorbells."""
         run_pk = uuid.UUID(str(run_id))
-        if self.sql.is_postgres:
+        if self._has_slot_functions():
             if not self._give_back(activity, key, run_pk, seq, holder or ""):
                 return []
             # Attempts wait: the free slots are handed on in a decision of their own. A
@@ -262,6 +271,38 @@ class ActivityFlow:
             self._slots().filter(run_id=run_pk, seq=seq, holder=holder or "").delete()
             handed = self._hand_on(activity, key, limit, ttl, now)
         return self._wake(handed)
+
+    def _own_transaction(self) -> bool:
+        """Whether a statement now is a transaction of its own (autocommit, no atomic
+        block): only then may it commit without waiting for the WAL flush, as that
+        setting holds for the whole transaction it is set in."""
+        connection = self.sql.connection
+        return bool(connection.get_autocommit() and not connection.in_atomic_block)
+
+    def _has_slot_functions(self) -> bool:
+        """Whether this PostgreSQL connection's database has migration ``0029``'s slot
+        functions. Without them (the migration not applied yet, a test database made
+        without migrations) every decision takes the longer path, as before it. Asked
+        once per connection once they are there, and on every decision until then."""
+        if not self.sql.is_postgres:
+            return False
+        self.sql.connection.ensure_connection()
+        raw = self.sql.connection.connection
+        if raw in _HAS_SLOT_FUNCTIONS:
+            return True
+        with self.sql.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
+                [_TAKE_FREE_SIGNATURE, _GIVE_BACK_SIGNATURE],
+            )
+            present = bool(cursor.fetchone()[0])
+        if present:
+            _HAS_SLOT_FUNCTIONS.add(raw)
+        else:
+            logger.warning("the activity slot functions of migration 0029 are missing on database %s: "
+                           "slots are decided in several statements (run manage.py migrate)",
+                           self.sql.alias)  # fmt: skip
+        return present
 
     def _take_free(
         self, activity: str, key: str, limit: int, run_pk: uuid.UUID, seq: int, ttl: float, holder: str
@@ -293,7 +334,7 @@ class ActivityFlow:
             "%(unhurried)s::boolean)",
             {
                 **_group_params(activity, key), "run": run_pk, "seq": seq, "holder": holder,
-                "unhurried": not self.sql.connection.in_atomic_block,
+                "unhurried": self._own_transaction(),
             },
         )  # fmt: skip
         assert row is not None

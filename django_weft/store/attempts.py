@@ -157,7 +157,9 @@ class ActivityAttempts:
             if hold.kind == HoldKind.CONCURRENCY and (
                 ActivitySlot.objects.using(self.sql.alias)
                 .filter(run_id=key, seq=seq, state=ActivitySlot.State.HELD, holder="")
-                .filter(lease_expires_at__gt=now)
+                # The time after the run row's lock, not the transaction's start: a lease
+                # that ran out while this waited for the lock was counted free by then.
+                .filter(lease_expires_at__gt=self.sql.transition_now())
                 .update(holder=holder)
             ):
                 return Held.RUN

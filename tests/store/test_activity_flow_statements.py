@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,11 +19,13 @@ from django.test.utils import CaptureQueriesContext
 
 from django_weft import Concurrency, client
 from django_weft.engine import clock
-from django_weft.engine.flow import Rate, SlotTaken, gcra_take, to_micros
-from django_weft.models import ActivitySlot, RateLimitBucket
-from django_weft.store import DjangoStore
+from django_weft.engine.flow import Hold, HoldKind, Rate, SlotTaken, gcra_take, to_micros
+from django_weft.models import ActivitySlot, RateLimitBucket, Step, WorkflowRun
+from django_weft.store import DjangoStore, activity_flow
 from django_weft.store.activity_flow import ActivityFlow
+from django_weft.store.attempts import Held
 from django_weft.testing import make_engine
+from tests.support.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,33 +44,16 @@ def sliding_window_peak(moments: list[datetime], per: float) -> int:
 def test_threads_taking_moments_at_once_never_get_more_than_the_limit_in_a_window() -> None:
     rate = Rate(50, 1.0)
     threads, takes = 8, 20
-    moments: list[datetime] = []
-    went_now: list[tuple[datetime, datetime]] = []
-    lock = threading.Lock()
     barrier = threading.Barrier(threads)
-    failures: list[BaseException] = []
 
-    def take() -> None:
+    def take(_: int) -> list[tuple[datetime, datetime]]:
         store = DjangoStore()
-        try:
-            barrier.wait()
-            for _ in range(takes):
-                moment, now = store.activity_flow.grant("threads", "", rate)
-                with lock:
-                    moments.append(moment)
-                    if moment <= now:
-                        went_now.append((moment, now))
-        except BaseException as exc:  # pragma: no cover - reported below
-            failures.append(exc)
-        finally:
-            connections.close_all()
+        barrier.wait()
+        return [store.activity_flow.grant("threads", "", rate) for _ in range(takes)]
 
-    workers = [threading.Thread(target=take) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    assert not failures, failures
+    granted = [pair for taken in in_threads(take, threads) for pair in taken]
+    moments = [moment for moment, _ in granted]
+    went_now = [(moment, now) for moment, now in granted if moment <= now]
     assert len(moments) == threads * takes
     # Every attempt got a moment of its own, one interval after the one before it: the
     # 160 attempts that came at once are spread over 3.2 s, 50 to a second at most.
@@ -232,6 +218,8 @@ def test_a_handed_slot_taken_up_by_a_worker_meanwhile_is_not_taken_again(
 def test_on_postgresql_a_free_slot_is_taken_and_given_back_in_one_statement_each() -> None:
     runs = [client.start("tests.echo").run_id for _ in range(3)]
     flow = DjangoStore().activity_flow
+    assert flow._has_slot_functions()  # asked once for this connection, before the counts
+    session_setting = synchronous_commit()
     with CaptureQueriesContext(connection) as taken:
         assert flow.take_slot("act", "k", 2, runs[0], 0, 30, "h0") == SlotTaken(held=True, in_use=1)
     with CaptureQueriesContext(connection) as second:
@@ -244,15 +232,14 @@ def test_on_postgresql_a_free_slot_is_taken_and_given_back_in_one_statement_each
         assert flow.release_slot("act", "k", 2, runs[0], 0, 30, "h0") == []
     assert len(given_back) == 1, given_back.captured_queries
     assert not ActivitySlot.objects.filter(run_id=runs[0]).exists()
-    # In a transaction of its own it commits without waiting for the flush; inside the
-    # caller's transaction it leaves that transaction's commit as it was.
+    # In a transaction of its own it commits without waiting for the flush, for that
+    # transaction only; inside the caller's transaction it leaves its commit as it was.
     assert given_back.captured_queries[0]["sql"].endswith("true::boolean)")
+    assert synchronous_commit() == session_setting
     with transaction.atomic():
         assert flow.take_slot("act", "k", 2, runs[0], 0, 30, "h0").held
         flow.release_slot("act", "k", 2, runs[0], 0, 30, "h0")
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW synchronous_commit")
-            assert cursor.fetchone()[0] == "on"
+        assert synchronous_commit() == session_setting
     # At the limit, the function leaves the decision to the lock's longer path: queued.
     assert flow.take_slot("act", "k", 2, runs[0], 0, 30, "h0").held
     with CaptureQueriesContext(connection) as queued:
@@ -264,51 +251,114 @@ def test_on_postgresql_a_free_slot_is_taken_and_given_back_in_one_statement_each
     assert flow.slot_held(runs[2], 0)
 
 
+def synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+def test_a_free_slot_goes_to_the_attempt_waiting_for_one_not_to_a_newcomer() -> None:
+    runs = [client.start("tests.echo").run_id for _ in range(4)]
+    flow = DjangoStore().activity_flow
+    assert flow.take_slot("act", "", 2, runs[0], 0, 30, "h0").held
+    assert flow.take_slot("act", "", 2, runs[1], 0, 30, "h1").held
+    assert not flow.take_slot("act", "", 2, runs[2], 0, 30, "h2").held  # waits for one
+    # A slot is free (its lease ran out) but an attempt of a live run waits: a newcomer
+    # queues behind it, and the slot goes to the one that waited.
+    ActivitySlot.objects.filter(run_id=runs[1]).update(lease_expires_at=datetime.now(UTC))
+    assert flow.take_slot("act", "", 2, runs[3], 0, 30, "h3") == SlotTaken(held=False, in_use=1)
+    assert ActivitySlot.objects.get(run_id=runs[3]).state == "waiting"
+    assert flow.take_slot("act", "", 2, runs[2], 0, 30, "h2").held
+
+
+@pytest.mark.postgres
+def test_without_the_slot_functions_slots_are_decided_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = [client.start("tests.echo").run_id for _ in range(2)]
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER FUNCTION weft_take_free_slot RENAME TO weft_take_free_slot_gone")
+    try:
+        flow = DjangoStore().activity_flow
+        monkeypatch.setattr(activity_flow, "_HAS_SLOT_FUNCTIONS", weakref.WeakSet())
+        assert not flow._has_slot_functions()
+        assert flow.take_slot("act", "", 1, runs[0], 0, 30, "h0").held
+        assert not flow.take_slot("act", "", 1, runs[1], 0, 30, "h1").held
+        flow.release_slot("act", "", 1, runs[0], 0, 30, "h0")
+        assert flow.slot_held(runs[1], 0)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER FUNCTION weft_take_free_slot_gone RENAME TO weft_take_free_slot")
+
+
+@pytest.mark.postgres
+def test_a_handed_slot_whose_lease_ran_out_while_its_hold_waited_for_the_run_is_not_taken_up() -> None:
+    run_id = client.start("tests.echo").run_id
+    Step.objects.create(
+        run_id=run_id,
+        seq=0,
+        kind="activity",
+        name="act",
+        status="started",
+        attempt=1,
+        args={},
+        started_at=datetime.now(UTC),
+    )
+    # Handed on to the attempt, with a lease that runs out while the hold below waits for
+    # the run's row, which another transaction holds.
+    ActivitySlot.objects.create(
+        activity="act", key="", run_id=run_id, seq=0, state="held", holder="",
+        lease_expires_at=datetime.now(UTC) + timedelta(seconds=0.3), created_at=datetime.now(UTC),
+    )  # fmt: skip
+    locked = threading.Event()
+
+    def hold_the_run(_: int) -> None:
+        with transaction.atomic():
+            WorkflowRun.objects.select_for_update().get(pk=run_id)
+            locked.set()
+            time.sleep(0.6)
+
+    holder = threading.Thread(target=lambda: in_threads(hold_the_run, 1))
+    holder.start()
+    assert locked.wait(10)
+    hold = Hold(HoldKind.CONCURRENCY, "act", datetime.now(UTC) + timedelta(seconds=30), limit=1, in_use=1)
+    assert DjangoStore().attempts.hold_activity(run_id, 0, 1, hold, holder="late") == Held.HELD
+    holder.join(10)
+    assert ActivitySlot.objects.get(run_id=run_id).holder == ""  # not taken up
+    assert Step.objects.get(run_id=run_id, seq=0).status == "delayed"
+
+
 def test_threads_taking_and_giving_back_slots_never_hold_more_than_the_limit() -> None:
     limit, threads, rounds = 3, 8, 15
     runs = [client.start("tests.echo").run_id for _ in range(threads)]
     lock = threading.Lock()
-    holding, peak, held_rows = [0], [0], [0]
-    taken = [0]
-    failures: list[BaseException] = []
+    holding, peak, held_rows, refused = [0], [0], [0], [0]
     barrier = threading.Barrier(threads)
 
-    def work(run_id: str, n: int) -> None:
-        flow = DjangoStore().activity_flow
-        try:
-            barrier.wait()
-            for seq in range(rounds):
-                holder = f"t{n}-{seq}"
-                while True:
-                    if flow.take_slot("busy", "", limit, run_id, seq, 30, holder).held:
-                        break
-                    flow.release_slot("busy", "", limit, run_id, seq, 30, None)  # gives its place up
-                    time.sleep(0.001)
+    def work(n: int) -> int:
+        flow, run_id, taken = DjangoStore().activity_flow, runs[n], 0
+        barrier.wait()
+        for seq in range(rounds):
+            holder = f"t{n}-{seq}"
+            while not flow.take_slot("busy", "", limit, run_id, seq, 30, holder).held:
+                flow.release_slot("busy", "", limit, run_id, seq, 30, None)  # gives its place up
                 with lock:
-                    holding[0] += 1
-                    taken[0] += 1
-                    peak[0] = max(peak[0], holding[0])
-                rows = ActivitySlot.objects.filter(activity="busy", state="held", holder__gt="").count()
-                with lock:
-                    held_rows[0] = max(held_rows[0], rows)
-                time.sleep(0.002)
-                with lock:
-                    holding[0] -= 1
-                flow.release_slot("busy", "", limit, run_id, seq, 30, holder)
-        except BaseException as exc:  # pragma: no cover - reported below
-            failures.append(exc)
-        finally:
-            connections.close_all()
+                    refused[0] += 1
+                time.sleep(0.001)
+            taken += 1
+            with lock:
+                holding[0] += 1
+                peak[0] = max(peak[0], holding[0])
+            rows = ActivitySlot.objects.filter(activity="busy", state="held").count()
+            with lock:
+                held_rows[0] = max(held_rows[0], rows)
+            time.sleep(0.002)
+            with lock:
+                holding[0] -= 1
+            flow.release_slot("busy", "", limit, run_id, seq, 30, holder)
+        return taken
 
-    workers = [threading.Thread(target=work, args=(run, n)) for n, run in enumerate(runs)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-    assert not failures, failures
-    assert taken[0] == threads * rounds
+    assert sum(in_threads(work, threads, timeout=120)) == threads * rounds
     # Never more executions at once than the limit, by this process's count or by the
-    # table's; and the limit was reached (the threads did contend).
-    assert peak[0] == limit
-    assert held_rows[0] <= limit
-    assert not ActivitySlot.objects.filter(activity="busy", holder__gt="").exists()
+    # table's; and the threads did contend for the slots.
+    assert peak[0] <= limit and held_rows[0] <= limit
+    assert refused[0] > 0
+    assert not ActivitySlot.objects.exists()
