@@ -16,6 +16,7 @@ from django_weft import InvalidSchedule, client, schedule
 from django_weft.engine.registry import registry
 from django_weft.models import Schedule
 from django_weft.runtime import sync_schedules
+from tests.support.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -116,8 +117,6 @@ def test_sync_is_the_runtime_function() -> None:
 
 @pytest.mark.postgres
 def test_two_syncs_at_once_create_a_missing_schedule_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from django.db import connections
-
     from django_weft.store.schedules import ScheduleRows
 
     both_read = threading.Barrier(2)
@@ -130,20 +129,6 @@ def test_two_syncs_at_once_create_a_missing_schedule_once(monkeypatch: pytest.Mo
         return found
 
     monkeypatch.setattr(ScheduleRows, "lock_schedules", read_then_meet)
-    reports: list[object] = []
-
-    def sync() -> None:
-        try:
-            reports.append(sync_schedules())
-        except Exception as exc:
-            reports.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=sync) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    reports = in_threads(lambda _: sync_schedules(), 2, timeout=30, return_exceptions=True)
     assert sorted(sorted(r.created) for r in reports) == [[], [DECLARED]], reports  # type: ignore[attr-defined]
     assert Schedule.objects.filter(pk=DECLARED).count() == 1

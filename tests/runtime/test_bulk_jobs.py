@@ -4,14 +4,11 @@ count and the skip reasons per run."""
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from django_weft import client
@@ -30,6 +27,7 @@ from django_weft.runtime.bulk_jobs import LEASE, RUN_IDS_LISTED, BulkJobRecord
 from django_weft.runtime.dispatch import SweepOnlyDispatcher
 from django_weft.testing import drive
 from tests.support.driver import park
+from tests.support.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -288,35 +286,17 @@ def test_the_tick_works_on_open_jobs() -> None:
     assert all(status(run_id) == "cancelled" for run_id in ids)
 
 
-@pytest.fixture
-def two_processors() -> Iterator[list[BaseException]]:
-    errors: list[BaseException] = []
-    yield errors
-    assert not errors, errors
-
-
-def test_two_processes_share_the_jobs_and_each_run_is_counted_once(
-    two_processors: list[BaseException],
-) -> None:
+def test_two_processes_share_the_jobs_and_each_run_is_counted_once() -> None:
     for lot in ("x", "y"):
         for i in range(30):
             started(f"{lot}-{i}", lot=lot)
     jobs = [start_bulk_job("cancel", {"search_attributes__lot": lot}) for lot in ("x", "y")]
 
-    def work() -> None:
-        try:
-            while BulkJob.objects.filter(status__in=["pending", "running"]).exists():
-                process_bulk_jobs(7)
-        except BaseException as exc:
-            two_processors.append(exc)
-        finally:
-            connection.close()
+    def work(_: int) -> None:
+        while BulkJob.objects.filter(status__in=["pending", "running"]).exists():
+            process_bulk_jobs(7)
 
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    in_threads(work, 2, timeout=120)
 
     for job in jobs:
         final = get_bulk_job(job.id)

@@ -10,13 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from django_weft import InvalidInput, WorkflowAlreadyExists, client, runtime
 from django_weft.client import WorkflowHandle
 from django_weft.models import Signal, Timer, WorkflowRun
 from tests.support.driver import Driver
+from tests.support.threads import in_threads
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db
@@ -328,26 +328,15 @@ def test_on_real_time_a_stream_that_never_pauses_starts_once_at_max_wait(driver:
 def test_concurrent_starts_from_threads_collapse_into_one_run() -> None:
     threads, each = 8, 10
     barrier = threading.Barrier(threads)
-    returned: list[list[str]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
 
-    def starts(thread: int) -> None:
-        try:
-            barrier.wait(10)
-            for i in range(each):
-                handle = client.start(REINDEX, args=["products"], kwargs={"n": thread * 100 + i})
-                returned[thread].append(handle.run_id)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+    def starts(thread: int) -> list[str]:
+        barrier.wait(10)
+        return [
+            client.start(REINDEX, args=["products"], kwargs={"n": thread * 100 + i}).run_id
+            for i in range(each)
+        ]
 
-    workers = [threading.Thread(target=starts, args=(t,)) for t in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    assert not errors, errors
+    returned = in_threads(starts, threads)
     (run,) = runs()
     assert {run_id for ids in returned for run_id in ids} == {str(run.pk)}
     assert (run.status, run.debounced_starts) == ("pending", threads * each)

@@ -28,6 +28,7 @@ from django_weft.models import Signal, Step, Timer, Update, WorkflowRun
 from django_weft.store import DjangoStore
 from django_weft.testing import drive, make_engine
 from tests.support.driver import Driver, park
+from tests.support.threads import in_threads
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,20 +116,12 @@ def test_a_repeated_signal_id_is_accepted_once_and_consumed_once() -> None:
 def test_concurrent_repeats_of_a_signal_id_store_one_signal() -> None:
     handle = client.start("tests.m.collect", args=["x", 1])
     barrier = threading.Barrier(8)
-    results: list[Any] = []
 
-    def send() -> None:
-        try:
-            barrier.wait(10)
-            results.append(handle.signal("x", "once", signal_id="same"))
-        finally:
-            connection.close()
+    def send(_: int) -> Any:
+        barrier.wait(10)
+        return handle.signal("x", "once", signal_id="same")
 
-    threads = [threading.Thread(target=send) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    results = in_threads(send, 8, timeout=30)
     assert len(results) == 8
     assert len({r.sequence for r in results}) == 1
     assert sum(not r.duplicate for r in results) == 1
@@ -186,17 +179,10 @@ def test_a_thousand_signals_from_eight_threads_are_each_consumed_once_in_sender_
     handle = client.start("tests.m.collect", args=["tick", senders * per_sender])
 
     def send(sender: int) -> None:
-        try:
-            for n in range(per_sender):
-                handle.signal("tick", {"sender": sender, "n": n})
-        finally:
-            connection.close()
+        for n in range(per_sender):
+            handle.signal("tick", {"sender": sender, "n": n})
 
-    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    in_threads(send, senders, timeout=120)
     received = handle.result(timeout=120)
     assert len(received) == senders * per_sender
     assert len({(r["sender"], r["n"]) for r in received}) == senders * per_sender  # each exactly once
@@ -228,24 +214,14 @@ def test_signal_with_start_starts_once_then_signals_the_live_run() -> None:
 @pytest.mark.postgres
 def test_concurrent_signal_with_start_converges_on_one_run() -> None:
     barrier = threading.Barrier(6)
-    handles: list[Any] = []
 
-    def call(n: int) -> None:
-        try:
-            barrier.wait(10)
-            handles.append(
-                client.signal_with_start(
-                    "tests.m.collect", args=["x", 6], id="sws-race", signal="x", payload=n
-                )
-            )
-        finally:
-            connection.close()
+    def call(n: int) -> Any:
+        barrier.wait(10)
+        return client.signal_with_start(
+            "tests.m.collect", args=["x", 6], id="sws-race", signal="x", payload=n
+        )
 
-    threads = [threading.Thread(target=call, args=(n,)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    handles = in_threads(call, 6, timeout=30)
     assert len({h.run_id for h in handles}) == 1
     assert drive(handles[0].run_id) == "completed"
     assert sorted(handles[0].result()) == list(range(6))

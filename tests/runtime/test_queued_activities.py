@@ -18,6 +18,7 @@ from django_weft.models import Step, Timer, WorkflowRun
 from django_weft.runtime import ActivityOutcome, run_activity, tick
 from django_weft.store import DjangoStore
 from django_weft.testing import drive, make_engine, run_queued_activities
+from tests.support.threads import in_threads
 from tests.testapp.models import LedgerEntry, SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,25 +70,16 @@ def test_concurrent_duplicate_deliveries_run_the_attempt_once() -> None:
     handles = [client.start("tests.q.single", args=[f"cdup{i}"]) for i in range(10)]
     for handle in handles:
         make_engine().run_turn(handle.run_id)
-    outcomes: list[str] = []
     barrier = threading.Barrier(4)
 
-    def deliver(run_ids: list[str]) -> None:
-        from django.db import connections
+    def deliver(_: int) -> list[str]:
+        delivered = []
+        for handle in handles:
+            barrier.wait()
+            delivered.append(run_activity(handle.run_id, 1, 1))
+        return delivered
 
-        try:
-            for run_id in run_ids:
-                barrier.wait()
-                outcomes.append(run_activity(run_id, 1, 1))
-        finally:
-            connections.close_all()
-
-    ids = [h.run_id for h in handles]
-    threads = [threading.Thread(target=deliver, args=(ids,)) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    outcomes = [outcome for delivered in in_threads(deliver, 4, timeout=30) for outcome in delivered]
     assert outcomes.count(ActivityOutcome.COMPLETED) == 10
     assert outcomes.count(ActivityOutcome.SKIPPED) == 30
     for i in range(10):

@@ -22,6 +22,7 @@ from django_weft.engine.executor import TurnOutcome
 from django_weft.models import Signal, Step, Timer, Update, WorkflowRun
 from django_weft.testing import drive, make_engine
 from tests.support.driver import park
+from tests.support.threads import in_threads
 from tests.testapp import workflows
 from tests.testapp.models import SideEffect
 
@@ -185,23 +186,17 @@ def test_a_reset_deposes_the_worker_driving_the_old_run(on_postgres: bool) -> No
 def test_of_two_resets_racing_one_wins_and_the_other_writes_nothing() -> None:
     old = failed_ten_steps("twice")
     workflows.reset_bugs["step_6"] = False
-    outcomes: list[str] = []
     start = threading.Barrier(2)
 
-    def reset(position: int) -> None:
+    def reset(index: int) -> str:
+        position = (4, 5)[index]
+        start.wait(10)
         try:
-            start.wait(10)
-            outcomes.append(old.reset(position, reason=f"to {position}").run_id)
+            return old.reset(position, reason=f"to {position}").run_id
         except InvalidTransition as exc:
-            outcomes.append(exc.message)
-        finally:
-            connection.close()
+            return exc.message
 
-    threads = [threading.Thread(target=reset, args=(position,)) for position in (4, 5)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    outcomes = in_threads(reset, 2, timeout=30)
     runs = WorkflowRun.objects.filter(workflow_id=old.workflow_id)
     assert runs.count() == 2, outcomes
     new = runs.exclude(pk=old.run_id).get()

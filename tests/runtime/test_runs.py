@@ -24,6 +24,7 @@ from django_weft import (
 )
 from django_weft.models import Step, Timer, WorkflowRun
 from django_weft.testing import drive, make_engine
+from tests.support.threads import in_threads
 from tests.testapp import workflows as wf
 from tests.testapp.models import SideEffect
 
@@ -244,26 +245,12 @@ def test_patched_lets_the_same_change_ship_safely(order_flags: dict[str, bool]) 
 
 def test_twenty_concurrent_starts_with_one_id_create_one_run() -> None:
     barrier = threading.Barrier(20)
-    handles: list[str] = []
-    errors: list[BaseException] = []
 
-    def start() -> None:
-        from django.db import connection
+    def start(_: int) -> str:
+        barrier.wait()
+        return client.start("tests.echo", args=[1], id="x").run_id
 
-        try:
-            barrier.wait()
-            handles.append(client.start("tests.echo", args=[1], id="x").run_id)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=start) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    handles = in_threads(start, 20)
     assert WorkflowRun.objects.filter(workflow_id="x").count() == 1
     assert len(set(handles)) == 1 and len(handles) == 20
 

@@ -7,7 +7,6 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from django_weft import client
 from django_weft.models import Timer, WorkflowRun
@@ -15,6 +14,7 @@ from django_weft.runtime import tick
 from django_weft.runtime.dispatch import LocalDispatcher
 from django_weft.store import DjangoStore
 from django_weft.testing import make_engine
+from tests.support.threads import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,28 +30,19 @@ def park_sleepers(count: int, seconds: float) -> list[str]:
 def test_concurrent_sweepers_fire_each_timer_exactly_once() -> None:
     run_ids = park_sleepers(40, 0.2)
     time.sleep(0.3)
-    woken: list[str] = []
-    lock = threading.Lock()
     barrier = threading.Barrier(4)
 
-    def sweep() -> None:
+    def sweep(_: int) -> list[str]:
         store = DjangoStore()
-        try:
-            barrier.wait()
-            while True:
-                batch = store.sweep.fire_due_timers(7)
-                if not batch and not Timer.objects.due(store.db_now()).exists():
-                    return
-                with lock:
-                    woken.extend(batch)
-        finally:
-            connection.close()
+        barrier.wait()
+        woken = []
+        while True:
+            batch = store.sweep.fire_due_timers(7)
+            if not batch and not Timer.objects.due(store.db_now()).exists():
+                return woken
+            woken.extend(batch)
 
-    threads = [threading.Thread(target=sweep) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    woken = [run_id for fired in in_threads(sweep, 4, timeout=30) for run_id in fired]
     assert sorted(woken) == sorted(run_ids)  # each run woken once, none missed
     assert Timer.objects.filter(fired_at__isnull=True).count() == 0
     assert set(WorkflowRun.objects.values_list("status", flat=True)) == {"running"}
