@@ -139,6 +139,9 @@ WEFT_TAKEOVER_GRACE = 0.5
 WEFT_METRICS = os.environ.get("WEFT_TEST_METRICS") == "1"
 WEFT_METRICS_SAMPLE_INTERVAL = float(os.environ.get("WEFT_TEST_METRICS_SAMPLE_INTERVAL", "15"))
 WEFT_TICK_INTERVAL = float(os.environ.get("WEFT_TEST_TICK_INTERVAL", "0.2"))
+# PostgreSQL's work notices (LISTEN/NOTIFY); WEFT_TEST_NOTIFY=off runs the suite, and the
+# worker processes it starts, on the sweeps alone.
+WEFT_NOTIFY = os.environ.get("WEFT_TEST_NOTIFY", "on") != "off"
 WEFT_REDISPATCH_AFTER = float(os.environ.get("WEFT_TEST_REDISPATCH_AFTER", "1"))
 
 # The in-process tests ring no doorbells; the Celery process tests (and the Celery worker

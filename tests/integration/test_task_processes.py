@@ -9,6 +9,7 @@ import statistics
 import time
 
 import pytest
+from django.conf import settings  # noqa: F401  (read by the skipif conditions)
 from django.db import connection, transaction
 
 from django_weft.tasks import WorkerLost
@@ -45,7 +46,10 @@ def test_a_task_whose_worker_is_killed_completes_on_another_and_counts_both_atte
     assert result.started_at < result.last_attempted_at < result.finished_at
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="work notices are PostgreSQL's")
+@pytest.mark.skipif(
+    "connection.vendor != 'postgresql' or not settings.WEFT_NOTIFY",
+    reason="work notices are PostgreSQL's, and on (WEFT_TEST_NOTIFY)",
+)
 def test_a_task_enqueued_in_a_committed_transaction_starts_without_waiting_for_a_sweep(start_worker) -> None:  # type: ignore[no-untyped-def]
     # The worker sweeps every 30 s: only the commit's notice can wake it sooner.
     worker = start_worker(threads=2, tick=30.0)
@@ -64,7 +68,10 @@ def test_a_task_enqueued_in_a_committed_transaction_starts_without_waiting_for_a
     assert max(waits) < 10  # never the 30 s sweep
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="work notices are PostgreSQL's")
+@pytest.mark.skipif(
+    "connection.vendor != 'postgresql' or not settings.WEFT_NOTIFY",
+    reason="work notices are PostgreSQL's, and on (WEFT_TEST_NOTIFY)",
+)
 def test_a_rolled_back_enqueue_sends_no_notice_and_leaves_no_run(start_worker) -> None:  # type: ignore[no-untyped-def]
     worker = start_worker(threads=1, tick=30.0)
     wait_for(lambda: "started:" in worker.log, 60, "the worker to start")
