@@ -17,7 +17,7 @@ p50/p99 start-to-completion latency. The parts alternate for ``--rounds`` rounds
 summary takes medians. Usage (see benchmarks/README.md)::
 
     .venv/bin/python benchmarks/celery_throughput.py [--workflows 500] [--concurrency 2]
-                                                     [--rounds 3] [--steps 3] [--skip-dbos]
+                                                     [--rounds 3] [--steps 3] [--skip-dbos] [--quick]
 
 The database ``weft_celery_bench`` is dropped and recreated and Redis database 14
 flushed at every invocation (``WEFT_BENCH_DB`` and ``WEFT_BENCH_BROKER_URL`` override).
@@ -242,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dbos-threads", type=int, default=8, help="DBOS executor threads (8)")
     parser.add_argument("--steps", type=int, default=3, help="steps per workflow (3; 2 at least)")
     parser.add_argument("--skip-dbos", action="store_true", help="do not run the DBOS part")
+    parser.add_argument("--quick", action="store_true", help="a CI-sized run: 100 workflows, 1 round")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.workflows, args.rounds = 100, 1
     if args.steps < 2:
         parser.error("--steps: 2 at least (a chain's last task records its end)")
     server = Server.from_env()

@@ -14,6 +14,7 @@ reported beside it (the wake's time to the new record, without the park).
 Usage (see benchmarks/README.md)::
 
     .venv/bin/python benchmarks/long_history.py [--history 1000] [--short 10] [--runs 20] [--wakes 5]
+                                                [--quick]
 
 Connection settings come from PGHOST, PGPORT, PGUSER and PGPASSWORD (default
 127.0.0.1:5432, user postgres). ``weft_history_bench`` is dropped and recreated at every
@@ -113,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", type=int, default=10, help="recorded steps of the baseline runs (10)")
     parser.add_argument("--runs", type=int, default=20, help="runs at each length (20)")
     parser.add_argument("--wakes", type=int, default=5, help="wakes timed per run (5)")
+    parser.add_argument("--quick", action="store_true", help="a CI-sized run: 4 runs at each length, 3 wakes")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.wakes = 4, 3
     server = Server.from_env()
     setup_django(server, database=DATABASE)
     register()

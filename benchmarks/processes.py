@@ -15,7 +15,7 @@ and the most frequent waits.
 Usage (see benchmarks/README.md)::
 
     .venv/bin/python benchmarks/processes.py [--processes 1,2,4] [--threads 2] [--runs 2000]
-                                             [--steps 10] [--pgbench-seconds 10]
+                                             [--steps 10] [--pgbench-seconds 10] [--quick]
 
 It uses ``end_to_end.py``'s project (``benchmarks/e2e_bench/``) and drops and recreates
 ``weft_e2e_bench`` and ``pgbench_bench``.
@@ -123,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-notify", action="store_true", help="weft without work notices (sweeps find the runs)"
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="a CI-sized run: 1 and 2 processes, 200 runs, pgbench 3 s"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.processes, args.runs, args.warmup, args.pgbench_seconds = "1,2", 200, 5, 3
     counts = [int(value) for value in args.processes.split(",")]
     server = Server.from_env()
     setup_weft(server, notify=not args.no_notify)
