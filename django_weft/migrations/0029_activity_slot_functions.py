@@ -84,4 +84,9 @@ def drop_functions(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 class Migration(migrations.Migration):
     dependencies = [("django_weft", "0028_activity_slot_holder")]
-    operations = [migrations.RunPython(create_functions, drop_functions, elidable=False)]
+    operations = [
+        # The hint lets a router that places the activity slot table place its functions.
+        migrations.RunPython(
+            create_functions, drop_functions, elidable=False, hints={"model_name": "activityslot"}
+        )
+    ]

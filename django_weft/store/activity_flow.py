@@ -12,7 +12,9 @@ lease, renewed by its worker's heartbeat, so the slot of a worker that died come
 when the lease runs out) or ``waiting`` for one. Decisions about a group (an activity and
 a key) are made under the group's lock (:func:`~.flow.group_lock`), taken before any
 run row; a slot handed on to a waiting attempt wakes its run afterwards, in a
-transaction of its own that locks the run row.
+transaction of its own that locks the run row. On PostgreSQL the common decisions (a
+free slot taken when nobody waits, a slot given back) are one call each of a function
+of migration ``0029`` that takes the same lock.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ _TAKE_FREE_SIGNATURE = (
 _GIVE_BACK_SIGNATURE = "weft_give_slot_back(text, integer, text, text, uuid, integer, text, boolean)"
 _HAS_SLOT_FUNCTIONS: weakref.WeakSet[Any] = weakref.WeakSet()
 """The psycopg connections whose database has both slot functions (migration ``0029``)."""
+_WARNED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The psycopg connections whose database was found without them (warned once)."""
 
 _GROUP_ARGS = "%(group)s::text, %(space)s::integer, %(activity)s::text, %(key)s::text"
 """The arguments of a group that both slot functions take first."""
@@ -298,7 +302,8 @@ class ActivityFlow:
             present = bool(cursor.fetchone()[0])
         if present:
             _HAS_SLOT_FUNCTIONS.add(raw)
-        else:
+        elif raw not in _WARNED:
+            _WARNED.add(raw)
             logger.warning("the activity slot functions of migration 0029 are missing on database %s: "
                            "slots are decided in several statements (run manage.py migrate)",
                            self.sql.alias)  # fmt: skip
