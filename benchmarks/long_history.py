@@ -121,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     server = Server.from_env()
     setup_django(server, database=DATABASE)
     register()
+    # As weft_worker does once it has loaded everything (WEFT_WORKER_GC_FREEZE).
+    from django_weft.runtime import freeze_loaded_objects
+
+    freeze_loaded_objects()
     print(f"PostgreSQL {server.version()}; {weft_revision()}; {args.runs} runs x {args.wakes} wakes at "
           f"{args.short} and {args.history} recorded steps", flush=True)  # fmt: skip
     lengths = (args.short, args.history)

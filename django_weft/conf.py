@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "WEFT_PREPARE_STATEMENTS": True,
     "WEFT_RATE_LIMITS": {},
     "WEFT_NOTIFY": True,
+    "WEFT_WORKER_GC_FREEZE": True,
     "WEFT_TRACING": False,
     "WEFT_METRICS": False,
     "WEFT_METRICS_SAMPLE_INTERVAL": 15.0,
@@ -134,6 +135,10 @@ class WeftSettings:
     @property
     def NOTIFY(self) -> bool:
         return bool(self._get("WEFT_NOTIFY"))
+
+    @property
+    def WORKER_GC_FREEZE(self) -> bool:
+        return bool(self._get("WEFT_WORKER_GC_FREEZE"))
 
     @property
     def TRACING(self) -> bool:

@@ -55,7 +55,7 @@ from .messages import (
     update,
     update_result,
 )
-from .process import CurrentDispatcher, dispatch_on_commit, get_engine, get_store
+from .process import CurrentDispatcher, dispatch_on_commit, freeze_loaded_objects, get_engine, get_store
 from .reading import (
     FinishedPerMinute,
     Latest,
@@ -185,6 +185,7 @@ __all__ = [
     "export_history",
     "finished_per_minute",
     "fire_due_schedules",
+    "freeze_loaded_objects",
     "get_bulk_job",
     "get_dispatcher",
     "get_engine",

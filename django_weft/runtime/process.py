@@ -1,8 +1,9 @@
 """This process's engine and store, the database each read goes to, the live dispatcher,
-and the on-commit doorbell."""
+the on-commit doorbell, and what a worker process does once it has loaded everything."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from datetime import datetime
@@ -12,8 +13,11 @@ from django.db.models import Model
 
 from ..conf import weft_settings
 from ..engine.executor import Engine
+from ..engine.run_logging import get_logger
 from ..store import DjangoStore
 from .dispatch import delivers, get_dispatcher, ring_activity, ring_turn
+
+logger = get_logger("django_weft.runtime")
 
 
 class CurrentDispatcher:
@@ -99,3 +103,26 @@ def sends_notices() -> bool:
     """Whether new work made in this process is told to the workers by a notice
     (:func:`dispatch_on_commit`): no delivering dispatcher, ``WEFT_NOTIFY``, PostgreSQL."""
     return not delivers(get_dispatcher()) and weft_settings.NOTIFY and get_store().notices.available
+
+
+_frozen_in = 0
+"""The process that froze what it had loaded (:func:`freeze_loaded_objects`)."""
+
+
+def freeze_loaded_objects() -> int:
+    """In a worker process that has loaded everything (Django, the apps, the registered
+    workflows): collect the garbage once, then move every object still alive out of the
+    garbage collector's sight (``gc.freeze()``), unless ``WEFT_WORKER_GC_FREEZE`` is off.
+    Those objects live as long as the process; a full collection, which a turn replaying
+    a long history sets off now and then, no longer walks them all
+    (docs/benchmarks.md, "Long histories"). Once per process (a forked pool process does
+    it again); returns how many objects are frozen, 0 if nothing was done."""
+    global _frozen_in
+    if not weft_settings.WORKER_GC_FREEZE or _frozen_in == os.getpid():
+        return 0
+    _frozen_in = os.getpid()
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    logger.info("froze the %d objects loaded at start: the garbage collector no longer walks them", frozen)
+    return frozen

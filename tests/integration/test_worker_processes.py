@@ -36,8 +36,9 @@ def test_sigkill_mid_run_resumes_without_re_executing_committed_steps(start_work
     assert count("cr:4") == 1
     assert WorkflowRun.objects.get(pk=handle.run_id).owner_id is not None  # the dead owner's lease
 
-    start_worker()
+    second = start_worker()
     assert handle.result(timeout=30) == {"total": 45}
+    assert "objects loaded at start" in second.log  # frozen out of the collector's walks
     assert list(Step.objects.filter(run_id=handle.run_id).values_list("seq", flat=True)) == list(range(10))
     for i in range(10):
         expected = 2 if i == 4 else 1  # only the in-flight step ran again

@@ -77,6 +77,17 @@ def advertise_thread_pool(sender: Any = None, **_kwargs: Any) -> None:
         start_advertising()
 
 
+@worker_process_init.connect
+@worker_ready.connect
+def freeze_loaded_objects(**_kwargs: Any) -> None:
+    """A pool process starts, or the worker is ready (its main process runs the tasks of a
+    threads or solo pool): what it loaded is frozen out of the garbage collector's walks
+    (:func:`~django_weft.runtime.freeze_loaded_objects`; once per process)."""
+    from ...runtime import freeze_loaded_objects as freeze
+
+    freeze()
+
+
 @worker_process_shutdown.connect
 @worker_shutdown.connect
 def release_held_runs(**_kwargs: Any) -> None:

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import weft_settings
 from ...engine.registry import registry
-from ...runtime import InProcessWorker
+from ...runtime import InProcessWorker, freeze_loaded_objects
 from ._arguments import log_level, positive, seconds
 
 logger = logging.getLogger("django_weft.worker")
@@ -51,6 +51,7 @@ class Command(BaseCommand):
             raise CommandError(f"--threads must be at most {MAX_THREADS}; got {threads}")
         self._configure_logging(options["log_level"])
         worker = InProcessWorker(threads=threads, sweep=not options["no_sweep"])
+        freeze_loaded_objects()  # Django, the apps and the workflows are loaded
         stop = threading.Event()
 
         def request_stop(signum: int, _frame: Any) -> None:
