@@ -142,6 +142,7 @@ WEFT_TICK_INTERVAL = float(os.environ.get("WEFT_TEST_TICK_INTERVAL", "0.2"))
 # PostgreSQL's work notices (LISTEN/NOTIFY); WEFT_TEST_NOTIFY=off runs the suite, and the
 # worker processes it starts, on the sweeps alone.
 WEFT_NOTIFY = os.environ.get("WEFT_TEST_NOTIFY", "on") != "off"
+WEFT_WORKER_GC_FREEZE = os.environ.get("WEFT_TEST_GC_FREEZE", "on") != "off"
 WEFT_REDISPATCH_AFTER = float(os.environ.get("WEFT_TEST_REDISPATCH_AFTER", "1"))
 
 # The in-process tests ring no doorbells; the Celery process tests (and the Celery worker

@@ -116,13 +116,15 @@ def freeze_loaded_objects() -> int:
     Those objects live as long as the process; a full collection, which a turn replaying
     a long history sets off now and then, no longer walks them all
     (docs/benchmarks.md, "Long histories"). Once per process (a forked pool process does
-    it again); returns how many objects are frozen, 0 if nothing was done."""
+    it again, for what it loaded since the fork); returns how many objects it froze, 0
+    if nothing was done."""
     global _frozen_in
     if not weft_settings.WORKER_GC_FREEZE or _frozen_in == os.getpid():
         return 0
     _frozen_in = os.getpid()
+    before = gc.get_freeze_count()  # frozen already: by a parent process before its fork
     gc.collect()
     gc.freeze()
-    frozen = gc.get_freeze_count()
+    frozen = gc.get_freeze_count() - before
     logger.info("froze the %d objects loaded at start: the garbage collector no longer walks them", frozen)
     return frozen

@@ -9,6 +9,7 @@ from typing import Any
 from celery import current_app
 from celery.signals import (
     task_prerun,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
     worker_ready,
@@ -77,12 +78,15 @@ def advertise_thread_pool(sender: Any = None, **_kwargs: Any) -> None:
         start_advertising()
 
 
+@worker_init.connect
 @worker_process_init.connect
 @worker_ready.connect
 def freeze_loaded_objects(**_kwargs: Any) -> None:
-    """A pool process starts, or the worker is ready (its main process runs the tasks of a
-    threads or solo pool): what it loaded is frozen out of the garbage collector's walks
-    (:func:`~django_weft.runtime.freeze_loaded_objects`; once per process)."""
+    """What the worker's main process loaded (Django, the apps, the workflows) is frozen
+    out of the garbage collector's walks before its pool starts, so prefork pool
+    processes inherit it frozen and share its pages; each pool process then freezes what
+    it loaded since (:func:`~django_weft.runtime.freeze_loaded_objects`; once per
+    process, so ``worker_ready`` only catches a main process the others missed)."""
     from ...runtime import freeze_loaded_objects as freeze
 
     freeze()
