@@ -361,7 +361,11 @@ def test_an_attempt_still_running_after_its_run_was_taken_over_keeps_its_slot_to
 
 
 def test_a_stalled_attempt_that_ends_late_does_not_free_the_slot_of_the_one_that_replaced_it() -> None:
-    first = client.start("tests.af.one", args=["slotted", "S1"], kwargs={"account": "s", "seconds": 1.0})
+    # The execution that replaces the stalled one runs for 2.5 s: it still holds the slot
+    # when the stalled one has ended, however slowly this machine runs the test.
+    first = client.start(
+        "tests.af.one", args=["slotted", "S1"], kwargs={"account": "s", "seconds": 1.0, "again_seconds": 2.5}
+    )
     second = client.start("tests.af.one", args=["slotted", "S2"], kwargs={"account": "s"})
     stalled = _in_thread(turn, first.run_id)
     _wait_for("begin:S1")

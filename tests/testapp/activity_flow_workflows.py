@@ -65,9 +65,12 @@ def paced_queued(label: str) -> str:
 
 
 @activity(name="tests.af.slotted", concurrency=Concurrency(limit=1, key=account_key))
-def slotted(label: str, account: str = "", seconds: float = 0.0) -> str:
+def slotted(label: str, account: str = "", seconds: float = 0.0, again_seconds: float | None = None) -> str:
+    """Sleeps ``seconds``; an execution of the same attempt after the first sleeps
+    ``again_seconds`` instead, where given."""
+    again = SideEffect.objects.filter(key=f"begin:{label}").exists()
     SideEffect.objects.create(key=f"begin:{label}")
-    time.sleep(seconds)
+    time.sleep(again_seconds if again and again_seconds is not None else seconds)
     SideEffect.objects.create(key=f"end:{label}")
     return label
 
