@@ -78,7 +78,8 @@ def drop_functions(apps, schema_editor):  # type: ignore[no-untyped-def]
             "double precision, text, timestamptz)"
         )
         schema_editor.execute(
-            "DROP FUNCTION IF EXISTS weft_give_slot_back(text, integer, text, text, uuid, integer, text, boolean)"
+            "DROP FUNCTION IF EXISTS weft_give_slot_back(text, integer, text, text, uuid, integer, text, "
+            "boolean)"
         )
 
 
