@@ -79,14 +79,15 @@ def advertise_thread_pool(sender: Any = None, **_kwargs: Any) -> None:
 
 
 @worker_init.connect
-@worker_process_init.connect
 @worker_ready.connect
 def freeze_loaded_objects(**_kwargs: Any) -> None:
     """What the worker's main process loaded (Django, the apps, the workflows) is frozen
     out of the garbage collector's walks before its pool starts, so prefork pool
-    processes inherit it frozen and share its pages; each pool process then freezes what
-    it loaded since (:func:`~django_weft.runtime.freeze_loaded_objects`; once per
-    process, so ``worker_ready`` only catches a main process the others missed)."""
+    processes inherit it frozen and share its pages
+    (:func:`~django_weft.runtime.freeze_loaded_objects`; once per process, so
+    ``worker_ready`` only catches a main process ``worker_init`` missed). A pool process
+    runs no collection of its own right after its fork: a finalizer run there could wait
+    on a lock another thread held at the fork."""
     from ...runtime import freeze_loaded_objects as freeze
 
     freeze()
