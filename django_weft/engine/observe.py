@@ -75,7 +75,7 @@ class AttemptOutcome(enum.StrEnum):
     """An inline attempt ran, but its turn lost the run before recording it."""
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnScope:
     """What :func:`turn` hands its block and its observers: the claimed run, and
     ``outcome`` (a :class:`~django_weft.engine.executor.TurnOutcome` value) set by the
@@ -93,7 +93,7 @@ class TurnScope:
     ``enter`` and ``exit`` calls of the same scope."""
 
 
-@dataclass
+@dataclass(slots=True)
 class AttemptScope:
     """What :func:`activity_attempt` hands its block and its observers."""
 
@@ -115,7 +115,7 @@ class AttemptScope:
     state: dict[int, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class StartScope:
     """What :func:`starting` hands its block: a start on its way through the runtime. The
     block sets ``run_id``, ``workflow_id`` and ``created`` (``False``: an existing run was
@@ -131,7 +131,7 @@ class StartScope:
     state: dict[int, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class FireScope:
     """What :func:`firing` hands its block: a schedule's fire that starts a run."""
 
@@ -143,7 +143,7 @@ class FireScope:
     state: dict[int, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class MessageScope:
     """What :func:`message_received` hands its block: a signal, update or query on its way
     through the runtime. ``run_id`` and ``workflow`` are filled once the run is found;
@@ -344,7 +344,11 @@ def _call(method: str, *args: Any, **kwargs: Any) -> None:
         try:
             handler(*args, **kwargs)
         except Exception:
-            logger.exception("observer %r failed in %s; ignored", handler.__self__, method)
+            _failed(handler)
+
+
+def _failed(handler: Any) -> None:
+    logger.exception("observer %r failed in %s; ignored", handler.__self__, handler.__name__)
 
 
 # -- points ---------------------------------------------------------------------------------
@@ -383,18 +387,28 @@ _NOTHING: Any = _Nothing()
 
 
 class _Scoped:
-    """Calls ``enter`` with the scope at the block's start and ``leave`` at its end; an
-    exception leaving the block is the scope's (outcome ``deposed`` or ``error`` unless
-    the block set one). A class rather than a generator: it is on the hot path."""
+    """Calls the observers' ``enter`` with the scope at the block's start and their
+    ``leave`` at its end; an exception leaving the block is the scope's (outcome
+    ``deposed`` or ``error`` unless the block set one). The observers are those registered
+    when the block began, so each that saw its start sees its end. A class rather than a
+    generator: it is on the hot path."""
 
     __slots__ = ("enter", "leave", "scope")
 
     def __init__(self, scope: Any, enter: str, leave: str) -> None:
-        self.scope, self.enter, self.leave = scope, enter, leave
+        self.scope = scope
+        handlers = _handlers
+        self.enter: tuple[Any, ...] = handlers.get(enter, ())
+        self.leave: tuple[Any, ...] = handlers.get(leave, ())
 
     def __enter__(self) -> Any:
-        _call(self.enter, self.scope)
-        return self.scope
+        scope = self.scope
+        for handler in self.enter:
+            try:
+                handler(scope)
+            except Exception:
+                _failed(handler)
+        return scope
 
     def __exit__(self, kind: Any, exc: BaseException | None, traceback: Any) -> None:
         scope = self.scope
@@ -402,7 +416,11 @@ class _Scoped:
             if not scope.outcome:
                 scope.outcome = "deposed" if isinstance(exc, DeposedUnwind) else "error"
             scope.exception = exc
-        _call(self.leave, scope)
+        for handler in self.leave:
+            try:
+                handler(scope)
+            except Exception:
+                _failed(handler)
 
 
 _NULL = contextlib.nullcontext(_NOTHING)

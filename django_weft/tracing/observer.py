@@ -93,6 +93,9 @@ class TracingObserver(Observer):
         self._tracer: trace.Tracer | None = None
         self._key = id(self)
         self._local = threading.local()
+        # An activity's span name, made once (an attempt is on the hot path). Dict reads
+        # and writes are atomic; two threads making the same name store equal strings.
+        self._names: dict[str, str] = {}
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -192,17 +195,19 @@ class TracingObserver(Observer):
         }
         if scope.epoch is not None:
             attributes[EPOCH] = scope.epoch
-        if not scope.inline:
+        name = self._names.get(info.activity_name)
+        if name is None:
+            name = self._names[info.activity_name] = f"weft.activity {info.activity_name}"
+        if scope.inline:
+            # A child of its turn's span, the current one.
+            span = (self._tracer or self.tracer).start_span(name, attributes=attributes)
+        else:
+            # A child of the run's start, like the turns (the turn that scheduled it has
+            # ended, elsewhere).
             attributes[QUEUE] = scope.queue or "default"
-        # Inline: a child of its turn's span, the current one. Queued: a child of the run's
-        # start, like the turns (the turn that scheduled it has ended, elsewhere).
-        parent = None if scope.inline else context_of(scope.carrier)
-        span = self.tracer.start_span(
-            f"weft.activity {info.activity_name}",
-            context=parent,
-            kind=SpanKind.INTERNAL if scope.inline else SpanKind.CONSUMER,
-            attributes=attributes,
-        )
+            span = self.tracer.start_span(
+                name, context=context_of(scope.carrier), kind=SpanKind.CONSUMER, attributes=attributes
+            )
         self._open(scope, span)
 
     def attempt_finished(self, scope: AttemptScope) -> None:

@@ -155,6 +155,43 @@ def test_an_observer_that_raises_is_logged_and_ignored(
     ]
 
 
+def test_a_block_ends_with_the_observers_that_saw_it_begin(weft: Harness, recorder: Recorder) -> None:
+    """Observers registered or removed inside an attempt's block: the one that saw its
+    start sees its end, the one added halfway sees neither."""
+
+    class Paired(observe.Observer):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def attempt_started(self, scope: observe.AttemptScope) -> None:
+            self.seen.append("started")
+
+        def attempt_finished(self, scope: observe.AttemptScope) -> None:
+            self.seen.append(f"finished {scope.outcome}")
+
+    leaving, arriving = Paired(), Paired()
+
+    def switch() -> int:
+        observe.remove_observer(leaving)
+        observe.add_observer(arriving)
+        return 1
+
+    @weft.workflow("observe.switch")
+    def switching(ctx: Any) -> int:
+        return int(ctx.run(switch))
+
+    observe.add_observer(leaving)
+    try:
+        run_id = weft.store.start("observe.switch")
+        assert weft.turn(run_id) == TurnOutcome.COMPLETED
+    finally:
+        observe.remove_observer(leaving)
+        observe.remove_observer(arriving)
+    assert leaving.seen == ["started", "finished completed"]
+    assert arriving.seen == []
+    assert ("attempt", "switch", 1, "completed") in recorder.events
+
+
 def test_without_observers_a_point_is_one_shared_no_op() -> None:
     assert observe.observers() == ()
     first = observe.turn(None, "e", takeover=False)  # type: ignore[arg-type]
