@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Count, Min, Q
 
 from ..engine.flow import Concurrency, Rate, SlotTaken, from_micros, gcra_moment, to_micros
@@ -268,8 +268,14 @@ class ActivityFlow:
                 return []
             # Attempts wait: the free slots are handed on in a decision of their own. A
             # take in between sees them waiting and queues behind them.
-            with self._group(activity, key) as now:
-                handed = self._hand_on(activity, key, limit, ttl, now)
+            try:
+                with self._group(activity, key) as now:
+                    handed = self._hand_on(activity, key, limit, ttl, now)
+            except DatabaseError:
+                # The slot is back; the attempts waiting for it are not lost either.
+                logger.warning("run %s: gave back the concurrency slot of activity %s but could not hand it "
+                               "on; the sweep hands it on", run_id, activity, exc_info=True)  # fmt: skip
+                return []
             return self._wake(handed)
         with self._group(activity, key) as now:
             self._slots().filter(run_id=run_pk, seq=seq, holder=holder or "").delete()

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_weft import Concurrency, client
@@ -293,6 +293,29 @@ def test_without_the_slot_functions_slots_are_decided_as_before(
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER FUNCTION weft_take_free_slot_gone RENAME TO weft_take_free_slot")
+
+
+@pytest.mark.postgres
+def test_a_slot_given_back_whose_hand_on_fails_is_free_and_the_sweep_hands_it_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runs = [client.start("tests.echo").run_id for _ in range(2)]
+    flow = DjangoStore().activity_flow
+    assert flow.take_slot("act", "", 1, runs[0], 0, 30, "h0").held
+    assert not flow.take_slot("act", "", 1, runs[1], 0, 30, "h1").held  # waits for it
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as patched, caplog.at_level("WARNING", logger="django_weft.store"):
+        patched.setattr(ActivityFlow, "_hand_on", unreachable)
+        assert flow.release_slot("act", "", 1, runs[0], 0, 30, "h0") == []
+    (record,) = [r for r in caplog.records if "concurrency slot" in r.getMessage()]
+    assert "gave back the concurrency slot of activity act but could not hand it on" in record.getMessage()
+    assert not ActivitySlot.objects.filter(run_id=runs[0]).exists()
+    assert ActivitySlot.objects.get(run_id=runs[1]).state == "waiting"
+    assert flow.hand_on_waiting({"act": Concurrency(limit=1)}, 30, 10) == []  # tests.echo is not parked on it
+    assert flow.slot_held(runs[1], 0)
 
 
 @pytest.mark.postgres
