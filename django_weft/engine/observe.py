@@ -344,11 +344,12 @@ def _call(method: str, *args: Any, **kwargs: Any) -> None:
         try:
             handler(*args, **kwargs)
         except Exception:
-            _failed(handler)
+            _failed(handler, method)
 
 
-def _failed(handler: Any) -> None:
-    logger.exception("observer %r failed in %s; ignored", handler.__self__, handler.__name__)
+def _failed(handler: Any, point: str) -> None:
+    """Log what an observer raised at ``point`` (called in its ``except`` block)."""
+    logger.exception("observer %r failed in %s; ignored", getattr(handler, "__self__", handler), point)
 
 
 # -- points ---------------------------------------------------------------------------------
@@ -393,10 +394,10 @@ class _Scoped:
     when the block began, so each that saw its start sees its end. A class rather than a
     generator: it is on the hot path."""
 
-    __slots__ = ("enter", "leave", "scope")
+    __slots__ = ("enter", "leave", "points", "scope")
 
     def __init__(self, scope: Any, enter: str, leave: str) -> None:
-        self.scope = scope
+        self.scope, self.points = scope, (enter, leave)
         handlers = _handlers
         self.enter: tuple[Any, ...] = handlers.get(enter, ())
         self.leave: tuple[Any, ...] = handlers.get(leave, ())
@@ -407,7 +408,7 @@ class _Scoped:
             try:
                 handler(scope)
             except Exception:
-                _failed(handler)
+                _failed(handler, self.points[0])
         return scope
 
     def __exit__(self, kind: Any, exc: BaseException | None, traceback: Any) -> None:
@@ -420,7 +421,7 @@ class _Scoped:
             try:
                 handler(scope)
             except Exception:
-                _failed(handler)
+                _failed(handler, self.points[1])
 
 
 _NULL = contextlib.nullcontext(_NOTHING)

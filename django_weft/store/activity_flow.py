@@ -264,6 +264,8 @@ class ActivityFlow:
         Returns the ids of the woken runs, to ring their doorbells."""
         run_pk = uuid.UUID(str(run_id))
         if self._has_slot_functions():
+            # Only a give-back in a transaction of its own is committed once it returns.
+            committed = self._own_transaction()
             if not self._give_back(activity, key, run_pk, seq, holder or ""):
                 return []
             # Attempts wait: the free slots are handed on in a decision of their own. A
@@ -272,6 +274,8 @@ class ActivityFlow:
                 with self._group(activity, key) as now:
                     handed = self._hand_on(activity, key, limit, ttl, now)
             except DatabaseError:
+                if not committed:
+                    raise  # the caller's transaction decides whether the give-back stands
                 # The slot is back; the attempts waiting for it are not lost either.
                 logger.warning("run %s: gave back the concurrency slot of activity %s but could not hand it "
                                "on; the sweep hands it on", run_id, activity, exc_info=True)  # fmt: skip

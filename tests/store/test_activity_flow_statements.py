@@ -309,6 +309,11 @@ def test_a_slot_given_back_whose_hand_on_fails_is_free_and_the_sweep_hands_it_on
 
     with monkeypatch.context() as patched, caplog.at_level("WARNING", logger="django_weft.store"):
         patched.setattr(ActivityFlow, "_hand_on", unreachable)
+        # In the caller's transaction nothing is given back until it commits: the caller
+        # hears of the failure, and the slot stays held.
+        with pytest.raises(OperationalError), transaction.atomic():
+            flow.release_slot("act", "", 1, runs[0], 0, 30, "h0")
+        assert ActivitySlot.objects.get(run_id=runs[0]).state == "held"
         assert flow.release_slot("act", "", 1, runs[0], 0, 30, "h0") == []
     (record,) = [r for r in caplog.records if "concurrency slot" in r.getMessage()]
     assert "gave back the concurrency slot of activity act but could not hand it on" in record.getMessage()
