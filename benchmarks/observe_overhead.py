@@ -13,9 +13,11 @@ Variants, each in a process of its own so that one's imports cannot help another
 * ``traced`` and ``observed`` (with ``--tracing``): tracing on (``WEFT_TRACING``; the
   OpenTelemetry SDK as docs/how-to/observe.md wires it, a ``BatchSpanProcessor`` and an
   exporter that drops every span), and tracing with the metrics;
-* ``own`` (with ``--tracing``): tracing and metrics on with no SDK installed, so every
-  span is the API's no-op one: django_weft's own share of ``observed`` (its observation
-  points, its observers, the context made current), without the SDK's spans.
+* ``own`` (with ``--tracing``): tracing and metrics on with no tracer provider set, so
+  every span is the API's no-op one: django_weft's own share of ``observed`` (its
+  observation points, its observers, the context made current). What ``observed`` adds
+  to it is the SDK's spans and what a real span brings with it: the trace context each
+  start stores and each turn reads back.
 
 ``--instructions`` counts instead of timing: each variant runs under Valgrind's
 ``callgrind`` twice, driving 10 and then ``--runs`` runs (the same runs started in both),
@@ -64,18 +66,19 @@ DATABASES = {
     "metrics": "weft_observe_bench",
     "traced": "weft_observe_bench",
     "observed": "weft_observe_bench",
+    "own": "weft_observe_bench",
 }
-DATABASES["own"] = "weft_observe_bench"
 USES_PROMETHEUS = {"metrics", "traced", "observed", "own"}
+"""The variants that may import prometheus_client (the others run as if it were not
+installed)."""
+WITH_METRICS = {"metrics", "observed", "own"}
 TRACED = {"traced", "observed", "own"}
 """The variants with the tracing observer installed."""
 WITH_SDK = {"traced", "observed"}
-"""The variants with the OpenTelemetry SDK installed (``own`` has the API's no-op tracer)."""
-WITH_METRICS = {"metrics", "observed", "own"}
+"""The variants whose tracer provider is the OpenTelemetry SDK's (``own`` sets none: the
+API's no-op tracer)."""
 DRIVEN_FIRST = 10
 """With ``--instructions``: the runs driven by the first of the two processes counted."""
-"""The variants that may import prometheus_client (the others run as if it were not
-installed)."""
 
 
 class _Hidden(importlib.abc.MetaPathFinder):
@@ -168,7 +171,8 @@ def child(
     run_ids = workload.start_weft_runs(runs, steps)
     if drive_only is not None:
         workload.drive_weft_runs(run_ids[:drive_only])
-        workload.check_weft(run_ids[:drive_only], steps)
+        # The same check in both processes counted, so it is not counted as steps.
+        workload.check_weft(run_ids[:DRIVEN_FIRST], steps)
         return
     workload._quiet_gc()
     began, cpu = time.perf_counter(), time.process_time()
@@ -277,7 +281,8 @@ LABELS = {
 
 def count_instructions(options: argparse.Namespace, variants: list[str]) -> None:
     """Each variant's instructions per step: two processes under callgrind, driving
-    ``DRIVEN_FIRST`` and ``--runs`` of the same ``--runs`` runs started, two at a time."""
+    ``DRIVEN_FIRST`` and ``--runs`` of the same ``--runs`` runs started (side by side in
+    memory, one after the other on PostgreSQL)."""
     # The same hashes in every process: dict and set layouts, so the same work.
     env = {**_child_env(), "PYTHONHASHSEED": "0"}
 
