@@ -228,12 +228,7 @@ def main() -> None:
     for round_number in range(options.rounds):
         order = variants[round_number % len(variants) :] + variants[: round_number % len(variants)]
         for variant in order:
-            argv = [sys.executable, __file__, "--child", variant, "--runs", str(options.runs),
-                    "--steps", str(options.steps), "--warmup", str(options.warmup)]  # fmt: skip
-            if variant == "baseline":
-                argv += ["--code", str(Path(options.baseline).resolve())]
-            if options.in_memory:
-                argv.append("--in-memory")
+            argv = [sys.executable, *_child_argv(options, variant)]
             done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"{variant}: {done.stderr}")
@@ -254,14 +249,7 @@ def main() -> None:
         extra = micros - statistics.median(cpu[to])
         return f"{text} ({ratio(variant, to) - 1:+.1%} steps/s, {extra:+.0f} µs CPU/step vs {to})"
 
-    parts = [f"baseline {figures('baseline', None)}"] if options.baseline else []
-    bare_to = "baseline" if options.baseline else None
-    parts.append(f"no observer, prometheus_client not installed {figures('bare', bare_to)}")
-    parts.append(f"metrics on {figures('metrics', 'bare')}")
-    if options.tracing:
-        parts.append(f"tracing on {figures('traced', 'bare')}")
-        parts.append(f"tracing and metrics on {figures('observed', 'bare')}")
-        parts.append(f"the same without the SDK {figures('own', 'bare')}")
+    parts = [f"{LABELS[v]} {figures(v, _compared_to(v, variants))}" for v in variants]
     where = ", in memory" if options.in_memory else ""
     print(
         f"observe overhead ({options.runs} runs x {options.steps} steps, {options.rounds} rounds{where}): "
@@ -289,13 +277,8 @@ def count_instructions(options: argparse.Namespace, variants: list[str]) -> None
     def counted(variant: str, driven: int, *, fresh: bool = False) -> subprocess.Popen[str]:
         if fresh:
             _drop_databases()
-        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-                "--child", variant, "--runs", str(options.runs), "--steps", str(options.steps),
-                "--warmup", str(options.warmup), "--drive", str(driven)]  # fmt: skip
-        if variant == "baseline":
-            argv += ["--code", str(Path(options.baseline).resolve())]
-        if options.in_memory:
-            argv.append("--in-memory")
+        argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                *_child_argv(options, variant), "--drive", str(driven)]  # fmt: skip
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
     def instructions(process: subprocess.Popen[str], variant: str) -> int:
@@ -326,12 +309,29 @@ def count_instructions(options: argparse.Namespace, variants: list[str]) -> None
             return text
         return f"{text} ({per_step[variant] / per_step[to] - 1:+.1%} vs {to})"
 
-    bare_to = "baseline" if "baseline" in per_step else None
-    parts = [f"{LABELS[v]} {figure(v, bare_to if v == 'bare' else None if v == 'baseline' else 'bare')}"
-             for v in variants]  # fmt: skip
+    parts = [f"{LABELS[v]} {figure(v, _compared_to(v, variants))}" for v in variants]
     where = ", in memory" if options.in_memory else ""
     runs = f"{options.runs} - {DRIVEN_FIRST} runs x {options.steps} steps{where}"
     print(f"observe instructions per step ({runs}): " + " | ".join(parts))
+
+
+def _compared_to(variant: str, variants: list[str]) -> str | None:
+    """The variant ``variant``'s figures are given against: ``bare`` for the observed
+    ones, the baseline (when measured) for ``bare``."""
+    if variant == "baseline" or (variant == "bare" and "baseline" not in variants):
+        return None
+    return "baseline" if variant == "bare" else "bare"
+
+
+def _child_argv(options: argparse.Namespace, variant: str) -> list[str]:
+    """This script's arguments for a child timing or counting ``variant``."""
+    argv = [__file__, "--child", variant, "--runs", str(options.runs), "--steps", str(options.steps),
+            "--warmup", str(options.warmup)]  # fmt: skip
+    if variant == "baseline":
+        argv += ["--code", str(Path(options.baseline).resolve())]
+    if options.in_memory:
+        argv.append("--in-memory")
+    return argv
 
 
 def _child_env() -> dict[str, str]:

@@ -340,16 +340,18 @@ def observers() -> tuple[Observer, ...]:
 
 
 def _call(method: str, *args: Any, **kwargs: Any) -> None:
-    for handler in _handlers.get(method, ()):
+    _notify(_handlers.get(method, ()), method, *args, **kwargs)
+
+
+def _notify(handlers: tuple[Any, ...], point: str, *args: Any, **kwargs: Any) -> None:
+    """Call each of ``handlers`` (the observers' methods for ``point``); what one raises
+    is logged and ignored."""
+    for handler in handlers:
         try:
             handler(*args, **kwargs)
         except Exception:
-            _failed(handler, method)
-
-
-def _failed(handler: Any, point: str) -> None:
-    """Log what an observer raised at ``point`` (called in its ``except`` block)."""
-    logger.exception("observer %r failed in %s; ignored", getattr(handler, "__self__", handler), point)
+            owner = getattr(handler, "__self__", handler)
+            logger.exception("observer %r failed in %s; ignored", owner, point)
 
 
 # -- points ---------------------------------------------------------------------------------
@@ -403,13 +405,8 @@ class _Scoped:
         self.leave: tuple[Any, ...] = handlers.get(leave, ())
 
     def __enter__(self) -> Any:
-        scope = self.scope
-        for handler in self.enter:
-            try:
-                handler(scope)
-            except Exception:
-                _failed(handler, self.points[0])
-        return scope
+        _notify(self.enter, self.points[0], self.scope)
+        return self.scope
 
     def __exit__(self, kind: Any, exc: BaseException | None, traceback: Any) -> None:
         scope = self.scope
@@ -417,11 +414,7 @@ class _Scoped:
             if not scope.outcome:
                 scope.outcome = "deposed" if isinstance(exc, DeposedUnwind) else "error"
             scope.exception = exc
-        for handler in self.leave:
-            try:
-                handler(scope)
-            except Exception:
-                _failed(handler, self.points[1])
+        _notify(self.leave, self.points[1], scope)
 
 
 _NULL = contextlib.nullcontext(_NOTHING)

@@ -93,9 +93,6 @@ class TracingObserver(Observer):
         self._tracer: trace.Tracer | None = None
         self._key = id(self)
         self._local = threading.local()
-        # An activity's span name, made once (an attempt is on the hot path). Dict reads
-        # and writes are atomic; two threads making the same name store equal strings.
-        self._names: dict[str, str] = {}
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -195,12 +192,10 @@ class TracingObserver(Observer):
         }
         if scope.epoch is not None:
             attributes[EPOCH] = scope.epoch
-        name = self._names.get(info.activity_name)
-        if name is None:
-            name = self._names[info.activity_name] = f"weft.activity {info.activity_name}"
+        name = f"weft.activity {info.activity_name}"
         if scope.inline:
             # A child of its turn's span, the current one.
-            span = (self._tracer or self.tracer).start_span(name, attributes=attributes)
+            span = self.tracer.start_span(name, attributes=attributes)
         else:
             # A child of the run's start, like the turns (the turn that scheduled it has
             # ended, elsewhere).
